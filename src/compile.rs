@@ -1,0 +1,103 @@
+//! Compiling a rendered kernel to a cubin with NVRTC, and reading ptxas's resource report.
+
+use crate::nvrtc::{Nvrtc, NvrtcError};
+use crate::render::HEADERS;
+use crate::spec::KernelSpec;
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+/// What ptxas reports for a kernel: registers per thread, spill traffic and stack frame.
+/// A kernel with spills or a stack frame uses local memory on its hot path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    pub registers: u32,
+    pub spill_store_bytes: u32,
+    pub spill_load_bytes: u32,
+    pub stack_frame_bytes: u32,
+}
+
+pub struct CompiledKernel {
+    pub cubin: Vec<u8>,
+    pub resources: Option<Resources>,
+    pub seconds: f64,
+}
+
+/// The NVRTC options of every kernel of `spec.arch`: a real (SASS) target, never PTX, and
+/// ptxas's verbose report for the manifest's resource fields.
+pub fn options(spec: &KernelSpec) -> Vec<String> {
+    vec![
+        format!("--gpu-architecture={}", spec.arch.nvrtc_target()),
+        "--std=c++17".into(),
+        "--ptxas-options=-v".into(),
+    ]
+}
+
+pub fn compile(
+    nvrtc: &Nvrtc,
+    spec: &KernelSpec,
+    source: &str,
+) -> Result<CompiledKernel, NvrtcError> {
+    let t = Instant::now();
+    let out = nvrtc.compile_cubin(
+        &format!("{}.cu", spec.stem()),
+        source,
+        HEADERS,
+        &options(spec),
+    )?;
+    Ok(CompiledKernel {
+        resources: parse_ptxas_report(&out.log),
+        cubin: out.cubin,
+        seconds: t.elapsed().as_secs_f64(),
+    })
+}
+
+/// Parse ptxas `-v` lines:
+/// `ptxas info    : Used 168 registers, used 1 barriers, 400 bytes cmem[0]`
+/// `    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads`
+pub fn parse_ptxas_report(log: &str) -> Option<Resources> {
+    let number_before = |line: &str, what: &str| -> Option<u32> {
+        let idx = line.find(what)?;
+        line[..idx].split_whitespace().last()?.parse().ok()
+    };
+    let mut r = Resources::default();
+    let mut found = false;
+    for line in log.lines() {
+        if let Some(n) = number_before(line, " registers") {
+            r.registers = n;
+            found = true;
+        }
+        if let Some(n) = number_before(line, " bytes stack frame") {
+            r.stack_frame_bytes = n;
+        }
+        if let Some(n) = number_before(line, " bytes spill stores") {
+            r.spill_store_bytes = n;
+        }
+        if let Some(n) = number_before(line, " bytes spill loads") {
+            r.spill_load_bytes = n;
+        }
+    }
+    found.then_some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptxas_report() {
+        let log = "ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
+                   ptxas info    : Function properties for k\n    \
+                   8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n\
+                   ptxas info    : Used 168 registers, used 1 barriers, 400 bytes cmem[0]\n";
+        assert_eq!(
+            parse_ptxas_report(log),
+            Some(Resources {
+                registers: 168,
+                spill_store_bytes: 4,
+                spill_load_bytes: 12,
+                stack_frame_bytes: 8
+            })
+        );
+        assert_eq!(parse_ptxas_report("nothing here"), None);
+    }
+}

@@ -1,0 +1,73 @@
+//! Plans: the list of kernel specs to ship for an arch family.
+//!
+//! `default`: every head dim engines use (64, 96, 128, 256 and DeepSeek's 192/128), bf16 and
+//! fp16, each mask kind (none, causal, local) with and without LSE, at every q_stage FA4's
+//! selection can ask for on the family, on the family's tile table.
+
+use crate::arch::Arch;
+use crate::spec::{DType, KernelSpec, Mask};
+use crate::tiles;
+
+/// Head dims (qk, v) of the default plan.
+pub const DEFAULT_HEAD_DIMS: [(u32, u32); 5] =
+    [(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)];
+
+pub const PLAN_NAMES: [&str; 1] = ["default"];
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown plan `{0}` (known: {known})", known = PLAN_NAMES.join(", "))]
+pub struct UnknownPlan(pub String);
+
+/// The specs of plan `name` for `arch`, sorted by stem and free of duplicates.
+pub fn plan(name: &str, arch: Arch) -> Result<Vec<KernelSpec>, UnknownPlan> {
+    let mut specs = match name {
+        "default" => default_plan(arch),
+        other => return Err(UnknownPlan(other.to_string())),
+    };
+    specs.sort_by_key(|s| s.stem());
+    specs.dedup();
+    Ok(specs)
+}
+
+fn default_plan(arch: Arch) -> Vec<KernelSpec> {
+    let mut out = Vec::new();
+    for (d, dv) in DEFAULT_HEAD_DIMS {
+        for dtype in DType::ALL {
+            for &q_stage in tiles::q_stages(arch) {
+                for mask in Mask::ALL {
+                    for lse in [false, true] {
+                        if let Some(s) =
+                            tiles::portable_spec(arch, dtype, d, dv, q_stage, mask, lse, false)
+                        {
+                            out.push(s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_plan_covers_every_head_dim_on_every_family() {
+        for arch in Arch::ALL {
+            let specs = plan("default", arch).unwrap();
+            let per_dim = 2 * 3 * 2 * tiles::q_stages(arch).len();
+            assert_eq!(specs.len(), DEFAULT_HEAD_DIMS.len() * per_dim, "{arch}");
+            for s in &specs {
+                s.can_implement().unwrap();
+                assert_eq!(s.arch, arch);
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_plan_is_an_error() {
+        assert!(plan("nope", Arch::Sm90).is_err());
+    }
+}

@@ -1,0 +1,149 @@
+//! Rendering a `KernelSpec` to CUDA C++ with askama.
+//!
+//! Templates only bind the key's values and pick a template family; the device logic lives in
+//! `templates/include/fa4gen/*.cuh`, which generated files `#include`. Those headers are compiled
+//! into this crate (`include_str!`) and handed to NVRTC in memory, so neither the xtask nor the
+//! `jit` path depends on a file layout at run time. Their combined hash is part of every
+//! manifest: a header edit makes the committed `generated/` stale.
+
+use crate::params;
+use crate::spec::{DType, Geometry, Impl, KernelSpec, Mask};
+use askama::Template;
+use sha2::{Digest, Sha256};
+
+/// The device headers, by the name kernels include them under.
+pub const HEADERS: &[(&str, &str)] = &[
+    (
+        "fa4gen/prelude.cuh",
+        include_str!("../templates/include/fa4gen/prelude.cuh"),
+    ),
+    (
+        "fa4gen/dtype.cuh",
+        include_str!("../templates/include/fa4gen/dtype.cuh"),
+    ),
+    (
+        "fa4gen/mma_m16n8k16.cuh",
+        include_str!("../templates/include/fa4gen/mma_m16n8k16.cuh"),
+    ),
+    (
+        "fa4gen/ldmatrix.cuh",
+        include_str!("../templates/include/fa4gen/ldmatrix.cuh"),
+    ),
+    (
+        "fa4gen/cp_async.cuh",
+        include_str!("../templates/include/fa4gen/cp_async.cuh"),
+    ),
+    (
+        "fa4gen/smem_tile.cuh",
+        include_str!("../templates/include/fa4gen/smem_tile.cuh"),
+    ),
+    (
+        "fa4gen/online_softmax.cuh",
+        include_str!("../templates/include/fa4gen/online_softmax.cuh"),
+    ),
+    (
+        "fa4gen/mask.cuh",
+        include_str!("../templates/include/fa4gen/mask.cuh"),
+    ),
+    (
+        "fa4gen/fwd_params.cuh",
+        include_str!("../templates/include/fa4gen/fwd_params.cuh"),
+    ),
+];
+
+/// sha256 over every header's name and contents, in `HEADERS` order.
+pub fn headers_sha256() -> String {
+    let mut h = Sha256::new();
+    for (name, text) in HEADERS {
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update(text.as_bytes());
+        h.update([0]);
+    }
+    hex(&h.finalize())
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[derive(Template)]
+#[template(path = "fwd_portable.cu")]
+struct PortableFwd<'a> {
+    spec: &'a KernelSpec,
+    geo: Geometry,
+    stem: String,
+    symbol: String,
+    elem_tag: &'static str,
+    mask_kind: &'static str,
+    params_size: usize,
+    params_group_offset: usize,
+    params_scale_offset: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    #[error(transparent)]
+    Unsupported(#[from] crate::spec::Unsupported),
+    #[error("rendering {stem}: {source}")]
+    Template {
+        stem: String,
+        #[source]
+        source: askama::Error,
+    },
+}
+
+/// The CUDA C++ source of a spec. Fails only if the spec cannot be implemented.
+pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
+    spec.can_implement()?;
+    let (params_size, params_group_offset, params_scale_offset) = params::layout();
+    let text = match spec.imp {
+        Impl::Portable => PortableFwd {
+            spec,
+            geo: spec.geometry(),
+            stem: spec.stem(),
+            symbol: spec.symbol(),
+            elem_tag: match spec.dtype {
+                DType::Bf16 => "Bf16",
+                DType::Fp16 => "Fp16",
+            },
+            mask_kind: match spec.mask {
+                Mask::None => "None",
+                Mask::Causal => "Causal",
+                Mask::Local => "Local",
+            },
+            params_size,
+            params_group_offset,
+            params_scale_offset,
+        }
+        .render(),
+    };
+    text.map_err(|source| RenderError::Template {
+        stem: spec.stem(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file under templates/include is in HEADERS (a forgotten one would compile in a
+    /// checkout and fail in the jit path, which only has HEADERS).
+    #[test]
+    fn headers_list_matches_directory() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/templates/include/fa4gen");
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| format!("fa4gen/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<String> = HEADERS.iter().map(|(n, _)| n.to_string()).collect();
+        listed.sort();
+        assert_eq!(on_disk, listed);
+    }
+}

@@ -1,0 +1,554 @@
+//! `KernelSpec`: the one source of truth for a kernel variant.
+//!
+//! Everything else is derived from it: the file stem (and its parse), the kernel symbol, the
+//! template context, the launch geometry (threads, dynamic shared memory) and `can_implement`.
+//! The stem lists the fields in a fixed order and the boolean flags by name, absent ones omitted:
+//!
+//! ```text
+//! fwd.sm90.portable.bf16.d128x128.m128n64.q1.causal.lse
+//!  |    |      |      |     |        |     |    |     `- flags, in FLAGS order
+//!  |    |      |      |     |        |     |    `------- mask: (none) | causal | local
+//!  |    |      |      |     |        |     `------------ q_stage
+//!  |    |      |      |     |        `------------------ tile_m x tile_n
+//!  |    |      |      |     `--------------------------- head dims qk x v
+//!  |    |      |      `--------------------------------- dtype
+//!  |    |      `---------------------------------------- implementation (template family)
+//!  |    `----------------------------------------------- arch family
+//!  `---------------------------------------------------- kernel kind
+//! ```
+
+use crate::arch::Arch;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Element type of q, k, v and out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    Bf16,
+    Fp16,
+}
+
+impl DType {
+    pub const ALL: [DType; 2] = [DType::Bf16, DType::Fp16];
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::Bf16 => "bf16",
+            DType::Fp16 => "fp16",
+        }
+    }
+    /// Bytes per element.
+    pub const fn size(self) -> usize {
+        2
+    }
+}
+
+/// Which kernel template (and so which MMA instruction family) implements the spec.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Impl {
+    /// `templates/fwd_portable.cu`: `mma.sync` m16n8k16 + `cp.async`, valid on every family.
+    Portable,
+}
+
+impl Impl {
+    pub const ALL: [Impl; 1] = [Impl::Portable];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Impl::Portable => "portable",
+        }
+    }
+}
+
+/// The mask kind compiled into the kernel. Window sizes themselves are run-time values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mask {
+    /// Every key visible (only the sequence ends are masked).
+    None,
+    /// Bottom-right aligned causal: key j visible to query i iff `j <= i + Sk - Sq`.
+    Causal,
+    /// Bottom-right aligned window `[i + Sk - Sq - wl, i + Sk - Sq + wr]`, sizes at run time.
+    Local,
+}
+
+impl Mask {
+    pub const ALL: [Mask; 3] = [Mask::None, Mask::Causal, Mask::Local];
+    /// Stem token; `None` has none.
+    pub const fn token(self) -> Option<&'static str> {
+        match self {
+            Mask::None => None,
+            Mask::Causal => Some("causal"),
+            Mask::Local => Some("local"),
+        }
+    }
+}
+
+/// One compiled kernel variant. See the module docs for the stem format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct KernelSpec {
+    pub arch: Arch,
+    pub imp: Impl,
+    pub dtype: DType,
+    /// Head dim of q and k.
+    pub d: u32,
+    /// Head dim of v and out.
+    pub dv: u32,
+    /// Query rows per Q tile.
+    pub tile_m: u32,
+    /// Key rows per K/V tile.
+    pub tile_n: u32,
+    /// Q tiles per CTA sharing one K/V pipeline (FA4's q_stage).
+    pub q_stage: u32,
+    pub mask: Mask,
+    /// Write the log-sum-exp (fp32, natural log).
+    pub lse: bool,
+    /// Fold the GQA group into the M dimension: a CTA's rows are (query, head-in-group) pairs,
+    /// group index fastest (FA4's packed layout), so one CTA serves a whole KV head.
+    pub pack_gqa: bool,
+}
+
+/// The boolean key flags in stem order: (token, getter, setter). Adding a flag (varlen, paged,
+/// sink, softcap…) is one field plus one row here; stem formatting and parsing both read this.
+type FlagRow = (&'static str, fn(&KernelSpec) -> bool, fn(&mut KernelSpec));
+pub const FLAGS: &[FlagRow] = &[
+    ("lse", |s| s.lse, |s| s.lse = true),
+    ("packgqa", |s| s.pack_gqa, |s| s.pack_gqa = true),
+];
+
+/// Why a spec cannot be built: every limit `can_implement` enforces, with the supported values.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unsupported {
+    #[error(
+        "head dim {name}={value} is not supported: it must be a multiple of 8 in 8..=256 (a multiple of 16 is fastest)"
+    )]
+    HeadDim { name: &'static str, value: u32 },
+    #[error(
+        "tile_m={tile_m} is not supported by the {imp} kernel: it must be 64 or 128 (warps own 16 or 32 rows)"
+    )]
+    TileM { imp: &'static str, tile_m: u32 },
+    #[error("tile_n={tile_n} is not supported: it must be a multiple of 16 in 16..=256")]
+    TileN { tile_n: u32 },
+    #[error("q_stage={q_stage} is not supported: it must be 1 or 2")]
+    QStage { q_stage: u32 },
+    #[error(
+        "{stem} needs {need} bytes of shared memory; {arch} allows {limit} per CTA (use a smaller tile_m/tile_n or q_stage)"
+    )]
+    SharedMemory {
+        stem: String,
+        arch: Arch,
+        need: u32,
+        limit: u32,
+    },
+    #[error(
+        "{stem} needs about {need} registers per thread but {threads} threads may use at most {limit} each: it would spill; use a smaller tile or q_stage"
+    )]
+    Registers {
+        stem: String,
+        need: u32,
+        threads: u32,
+        limit: u32,
+    },
+}
+
+/// Launch geometry and shared-memory layout of a spec, derived in one place. The template
+/// receives these numbers and `static_assert`s its own layout against them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Geometry {
+    /// d and dv rounded up to the MMA k/n granularity (16); the padding is zero-filled.
+    pub d_pad: u32,
+    pub dv_pad: u32,
+    /// Rows of a Q tile owned by one warp (16 or 32).
+    pub warp_m: u32,
+    pub warps: u32,
+    pub threads: u32,
+    /// Shared-memory row strides in elements (padded by 16 bytes so `ldmatrix` rows fall in
+    /// distinct banks for any head dim, with no swizzle).
+    pub q_row: u32,
+    pub k_row: u32,
+    pub v_row: u32,
+    /// Byte offsets of the Q (and O staging), K and V regions.
+    pub smem_q: u32,
+    pub smem_k: u32,
+    pub smem_v: u32,
+    pub smem_bytes: u32,
+}
+
+/// Registers a thread needs beyond its fp32 accumulators (MMA fragments, addresses, softmax
+/// state), measured from ptxas reports of the portable kernel at d = 64..256.
+const NON_ACCUM_REGS: u32 = 56;
+
+impl KernelSpec {
+    /// The file stem, e.g. `fwd.sm90.portable.bf16.d128x128.m128n64.q1.causal.lse`.
+    pub fn stem(&self) -> String {
+        let mut s = format!(
+            "fwd.{}.{}.{}.d{}x{}.m{}n{}.q{}",
+            self.arch.name(),
+            self.imp.name(),
+            self.dtype.name(),
+            self.d,
+            self.dv,
+            self.tile_m,
+            self.tile_n,
+            self.q_stage
+        );
+        if let Some(t) = self.mask.token() {
+            s.push('.');
+            s.push_str(t);
+        }
+        for (token, get, _) in FLAGS {
+            if get(self) {
+                s.push('.');
+                s.push_str(token);
+            }
+        }
+        s
+    }
+
+    /// The `extern "C"` kernel symbol: the stem with `.` turned into `_`, prefixed.
+    pub fn symbol(&self) -> String {
+        format!("fa4gen_{}", self.stem().replace('.', "_"))
+    }
+
+    /// Elements per Q tile row-block handled by one CTA (q_stage tiles of tile_m rows).
+    pub fn block_m(&self) -> u32 {
+        self.q_stage * self.tile_m
+    }
+
+    pub fn geometry(&self) -> Geometry {
+        let round16 = |x: u32| x.div_ceil(16) * 16;
+        let d_pad = round16(self.d);
+        let dv_pad = round16(self.dv);
+        // A warp owns 32 rows (two m16 fragments: each K/V fragment loaded from shared memory
+        // feeds two MMAs) unless the accumulators would not fit, then 16.
+        let warp_m = if d_pad.max(dv_pad) > 128 || self.tile_m < 128 {
+            16
+        } else {
+            32
+        };
+        let warps = self.block_m() / warp_m;
+        let q_row = d_pad.max(dv_pad) + 8;
+        let k_row = d_pad + 8;
+        let v_row = dv_pad + 8;
+        let elem = self.dtype.size() as u32;
+        let smem_q = 0;
+        let smem_k = smem_q + self.block_m() * q_row * elem;
+        let smem_v = smem_k + self.tile_n * k_row * elem;
+        let smem_bytes = smem_v + self.tile_n * v_row * elem;
+        Geometry {
+            d_pad,
+            dv_pad,
+            warp_m,
+            warps,
+            threads: warps * 32,
+            q_row,
+            k_row,
+            v_row,
+            smem_q,
+            smem_k,
+            smem_v,
+            smem_bytes,
+        }
+    }
+
+    /// Every limit of the implementation, as code. `Ok` means the generated kernel compiles
+    /// and runs correctly for every problem the runtime routes to it.
+    pub fn can_implement(&self) -> Result<(), Unsupported> {
+        for (name, value) in [("d", self.d), ("dv", self.dv)] {
+            if value == 0 || !value.is_multiple_of(8) || value > 256 {
+                return Err(Unsupported::HeadDim { name, value });
+            }
+        }
+        if ![64, 128].contains(&self.tile_m) {
+            return Err(Unsupported::TileM {
+                imp: self.imp.name(),
+                tile_m: self.tile_m,
+            });
+        }
+        if self.tile_n == 0 || !self.tile_n.is_multiple_of(16) || self.tile_n > 256 {
+            return Err(Unsupported::TileN {
+                tile_n: self.tile_n,
+            });
+        }
+        if !(1..=2).contains(&self.q_stage) {
+            return Err(Unsupported::QStage {
+                q_stage: self.q_stage,
+            });
+        }
+        let g = self.geometry();
+        let limit = self.arch.max_dynamic_smem();
+        if g.smem_bytes > limit {
+            return Err(Unsupported::SharedMemory {
+                stem: self.stem(),
+                arch: self.arch,
+                need: g.smem_bytes,
+                limit,
+            });
+        }
+        // fp32 accumulators per thread, O (warp_m x dv) and S (warp_m x tile_n), plus the rest,
+        // against the register file share of one thread (64 Ki registers per SM, 255 max).
+        let need = g.warp_m * (g.dv_pad + self.tile_n) / 32 + NON_ACCUM_REGS;
+        let limit = (65536 / g.threads).min(255);
+        if need > limit {
+            return Err(Unsupported::Registers {
+                stem: self.stem(),
+                need,
+                threads: g.threads,
+                limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for KernelSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.stem())
+    }
+}
+
+/// A stem that does not parse, with the token at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("bad kernel stem `{stem}`: {why}")]
+pub struct StemError {
+    pub stem: String,
+    pub why: String,
+}
+
+impl FromStr for KernelSpec {
+    type Err = StemError;
+
+    fn from_str(stem: &str) -> Result<Self, StemError> {
+        let err = |why: String| StemError {
+            stem: stem.to_string(),
+            why,
+        };
+        let mut it = stem.split('.');
+        let mut next = |what: &str| it.next().ok_or_else(|| err(format!("missing {what}")));
+        let kind = next("kernel kind")?;
+        if kind != "fwd" {
+            return Err(err(format!("unknown kernel kind `{kind}`")));
+        }
+        let arch: Arch = next("arch")?.parse().map_err(err)?;
+        let imp_tok = next("implementation")?;
+        let imp = Impl::ALL
+            .into_iter()
+            .find(|i| i.name() == imp_tok)
+            .ok_or_else(|| err(format!("unknown implementation `{imp_tok}`")))?;
+        let dt_tok = next("dtype")?;
+        let dtype = DType::ALL
+            .into_iter()
+            .find(|t| t.name() == dt_tok)
+            .ok_or_else(|| err(format!("unknown dtype `{dt_tok}`")))?;
+        let dims = next("head dims")?;
+        let (d, dv) = dims
+            .strip_prefix('d')
+            .and_then(|r| r.split_once('x'))
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .ok_or_else(|| err(format!("head dims `{dims}` are not d<D>x<DV>")))?;
+        let tiles = next("tile")?;
+        let (tile_m, tile_n) = tiles
+            .strip_prefix('m')
+            .and_then(|r| r.split_once('n'))
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+            .ok_or_else(|| err(format!("tile `{tiles}` is not m<M>n<N>")))?;
+        let qs = next("q_stage")?;
+        let q_stage = qs
+            .strip_prefix('q')
+            .and_then(|r| r.parse().ok())
+            .ok_or_else(|| err(format!("q_stage `{qs}` is not q<N>")))?;
+        let mut spec = KernelSpec {
+            arch,
+            imp,
+            dtype,
+            d,
+            dv,
+            tile_m,
+            tile_n,
+            q_stage,
+            mask: Mask::None,
+            lse: false,
+            pack_gqa: false,
+        };
+        // Optional tokens, each at most once and in canonical order.
+        let mut rest: Vec<&str> = it.collect();
+        rest.reverse();
+        if let Some(&t) = rest.last()
+            && let Some(m) = Mask::ALL.into_iter().find(|m| m.token() == Some(t))
+        {
+            spec.mask = m;
+            rest.pop();
+        }
+        for (token, _, set) in FLAGS {
+            if rest.last() == Some(token) {
+                set(&mut spec);
+                rest.pop();
+            }
+        }
+        if let Some(t) = rest.last() {
+            return Err(err(format!("unexpected or out-of-order token `{t}`")));
+        }
+        Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn base() -> KernelSpec {
+        KernelSpec {
+            arch: Arch::Sm90,
+            imp: Impl::Portable,
+            dtype: DType::Bf16,
+            d: 128,
+            dv: 128,
+            tile_m: 128,
+            tile_n: 64,
+            q_stage: 1,
+            mask: Mask::Causal,
+            lse: true,
+            pack_gqa: false,
+        }
+    }
+
+    #[test]
+    fn stem_format() {
+        assert_eq!(
+            base().stem(),
+            "fwd.sm90.portable.bf16.d128x128.m128n64.q1.causal.lse"
+        );
+        assert_eq!(
+            base().symbol(),
+            "fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_lse"
+        );
+    }
+
+    #[test]
+    fn stem_round_trip_every_flag_combination() {
+        for arch in Arch::ALL {
+            for dtype in DType::ALL {
+                for mask in Mask::ALL {
+                    for bits in 0..(1u32 << FLAGS.len()) {
+                        let mut s = KernelSpec {
+                            arch,
+                            dtype,
+                            mask,
+                            lse: false,
+                            pack_gqa: false,
+                            d: 192,
+                            dv: 128,
+                            ..base()
+                        };
+                        for (i, (_, _, set)) in FLAGS.iter().enumerate() {
+                            if bits & (1 << i) != 0 {
+                                set(&mut s);
+                            }
+                        }
+                        let parsed: KernelSpec = s.stem().parse().unwrap();
+                        assert_eq!(parsed, s, "{}", s.stem());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_stems_are_rejected() {
+        for bad in [
+            "",
+            "bwd.sm90.portable.bf16.d128x128.m128n64.q1",
+            "fwd.sm80.portable.bf16.d128x128.m128n64.q1",
+            "fwd.sm90.wgmma.bf16.d128x128.m128n64.q1",
+            "fwd.sm90.portable.fp32.d128x128.m128n64.q1",
+            "fwd.sm90.portable.bf16.d128.m128n64.q1",
+            "fwd.sm90.portable.bf16.d128x128.m128.q1",
+            "fwd.sm90.portable.bf16.d128x128.m128n64",
+            "fwd.sm90.portable.bf16.d128x128.m128n64.q1.lse.causal",
+            "fwd.sm90.portable.bf16.d128x128.m128n64.q1.lse.lse",
+            "fwd.sm90.portable.bf16.d128x128.m128n64.q1.softcap",
+        ] {
+            assert!(bad.parse::<KernelSpec>().is_err(), "{bad} parsed");
+        }
+    }
+
+    #[test]
+    fn can_implement_rejections() {
+        let cases: Vec<(KernelSpec, &str)> = vec![
+            (KernelSpec { d: 100, ..base() }, "head dim d=100"),
+            (KernelSpec { dv: 0, ..base() }, "head dim dv=0"),
+            (KernelSpec { d: 264, ..base() }, "head dim d=264"),
+            (
+                KernelSpec {
+                    tile_m: 96,
+                    ..base()
+                },
+                "tile_m=96",
+            ),
+            (
+                KernelSpec {
+                    tile_n: 40,
+                    ..base()
+                },
+                "tile_n=40",
+            ),
+            (
+                KernelSpec {
+                    q_stage: 3,
+                    ..base()
+                },
+                "q_stage=3",
+            ),
+            (
+                KernelSpec {
+                    arch: Arch::Sm120,
+                    d: 256,
+                    dv: 256,
+                    tile_n: 128,
+                    ..base()
+                },
+                "shared memory",
+            ),
+            (
+                KernelSpec {
+                    d: 128,
+                    tile_n: 128,
+                    ..base()
+                },
+                "registers",
+            ),
+        ];
+        for (spec, want) in cases {
+            let e = spec.can_implement().unwrap_err().to_string();
+            assert!(
+                e.contains(want),
+                "{}: got `{e}`, want `{want}`",
+                spec.stem()
+            );
+        }
+        base().can_implement().unwrap();
+    }
+
+    #[test]
+    fn geometry_is_consistent() {
+        let g = base().geometry();
+        assert_eq!((g.warp_m, g.warps, g.threads), (32, 4, 128));
+        assert_eq!(g.smem_bytes, 2 * (128 * 136 + 64 * 136 + 64 * 136));
+        let g = KernelSpec {
+            d: 256,
+            dv: 256,
+            ..base()
+        }
+        .geometry();
+        assert_eq!((g.warp_m, g.warps, g.threads), (16, 8, 256));
+        let g = KernelSpec {
+            d: 72,
+            dv: 72,
+            q_stage: 2,
+            ..base()
+        }
+        .geometry();
+        assert_eq!((g.d_pad, g.warps), (80, 8));
+    }
+}

@@ -1,0 +1,82 @@
+// fa4gen/online_softmax.cuh: the running (max, sum) of each query row over K blocks, in the
+// exp2 domain with the softmax scale folded into one FMA: p = exp2(s * scale_log2 - m * scale_log2).
+//
+// A warp holds MT m16 fragments of S; each thread owns two rows per fragment (g and g + 8) and
+// 2 columns of each n8 tile, so a row's max needs the 4 threads of a quad (shuffles 1 and 2).
+// The sum stays per-thread until the end: every correction factor is uniform across the quad.
+#pragma once
+#include "fa4gen/prelude.cuh"
+
+namespace fa4 {
+
+template <int MT, int NT>
+struct OnlineSoftmax {
+  float row_max[MT][2];  // raw (unscaled) running max; -inf while a row has seen nothing
+  float row_sum[MT][2];  // this thread's share of sum(p) at the current max
+
+  FA4_DEVICE void init() {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        row_max[mt][h] = neg_inf();
+        row_sum[mt][h] = 0.f;
+      }
+  }
+
+  // Fold in a block of scores: s becomes P (unnormalised, at the new max) in place, and corr
+  // receives the factor every earlier O accumulator of the row must be multiplied by.
+  FA4_DEVICE void update(float (&s)[MT][NT][4], float scale_log2, float (&corr)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float mx = row_max[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        // A row masked everywhere so far keeps max -inf: subtract 0 so exp2 sees -inf (p = 0),
+        // never -inf - -inf = NaN.
+        const float base = mx == neg_inf() ? 0.f : mx * scale_log2;
+        const float old = row_max[mt][h];
+        corr[mt][h] = old == neg_inf() ? 0.f : fast_exp2((old - mx) * scale_log2);
+        row_max[mt][h] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float p = fast_exp2(s[mt][nt][2 * h + e] * scale_log2 - base);
+            s[mt][nt][2 * h + e] = p;
+            sum += p;
+          }
+        row_sum[mt][h] = row_sum[mt][h] * corr[mt][h] + sum;
+      }
+  }
+
+  // Complete each row's sum across its quad. Afterwards inv_sum() normalises O and lse() is
+  // the natural-log log-sum-exp of the scaled scores (-inf for a row that saw no key).
+  FA4_DEVICE void finalize() {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = row_sum[mt][h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        row_sum[mt][h] = l;
+      }
+  }
+  FA4_DEVICE float inv_sum(int mt, int h) const {
+    const float l = row_sum[mt][h];
+    return l > 0.f ? fast_rcp(l) : 0.f;
+  }
+  FA4_DEVICE float lse(int mt, int h, float scale_log2) const {
+    const float l = row_sum[mt][h];
+    return l > 0.f ? (row_max[mt][h] * scale_log2 + fast_log2(l)) * kLn2 : neg_inf();
+  }
+};
+
+}  // namespace fa4

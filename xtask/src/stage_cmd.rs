@@ -1,0 +1,84 @@
+//! `cargo xtask stage`: everything a GPU host without cargo needs, in `.stage/` (git-ignored):
+//! the release test binaries (`.stage/bin/<test>`), the examples, the cdylib when one is built,
+//! and the compiled kernel directories (`.stage/generated/<arch>/`). `scripts/gpu-check.sh`
+//! runs them there.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+#[derive(clap::Args)]
+pub struct StageArgs {
+    /// Arch families whose cubins to stage (comma separated).
+    #[arg(long, default_value = "sm90")]
+    arch: String,
+}
+
+pub fn run(a: StageArgs) -> Result<(), String> {
+    let root = crate::root();
+    let stage = root.join(".stage");
+    let _ = std::fs::remove_dir_all(&stage);
+    let bin = stage.join("bin");
+    std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
+
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(&cargo)
+        .current_dir(&root)
+        .args([
+            "test",
+            "--release",
+            "--no-run",
+            "--message-format=json",
+            "-p",
+            "fa4gen",
+        ])
+        .args(["--tests", "--examples"])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running cargo: {e}"))?;
+    if !out.status.success() {
+        return Err("cargo test --no-run failed".into());
+    }
+    let mut n = 0;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let (Some(exe), Some(name)) = (v["executable"].as_str(), v["target"]["name"].as_str())
+        else {
+            continue;
+        };
+        let kind = v["target"]["kind"][0].as_str().unwrap_or("");
+        let dst = bin.join(if kind == "lib" {
+            "unit".to_string()
+        } else {
+            name.to_string()
+        });
+        std::fs::copy(exe, &dst).map_err(|e| format!("{exe}: {e}"))?;
+        n += 1;
+    }
+    for arch in a.arch.split(',') {
+        let src = root.join("generated").join(arch);
+        let dst = stage.join("generated").join(arch);
+        copy_dir(&src, &dst)?;
+    }
+    println!(
+        "staged {n} binaries and kernels for {} in {}",
+        a.arch,
+        stage.display()
+    );
+    Ok(())
+}
+
+fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dst).map_err(|e| e.to_string())?;
+    let entries = std::fs::read_dir(src).map_err(|e| format!("{}: {e}", src.display()))?;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let s = name.to_string_lossy();
+        if s.ends_with(".cubin") || s == "manifest.json" {
+            std::fs::copy(e.path(), dst.join(&name)).map_err(|err| err.to_string())?;
+        }
+    }
+    Ok(())
+}
