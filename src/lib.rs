@@ -17,3 +17,6 @@ pub mod tiles;
 
 pub use arch::Arch;
 pub use spec::{DType, Impl, KernelSpec, Mask, Unsupported};
+pub mod reference;
+pub mod runtime;
+pub mod select;

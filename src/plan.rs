@@ -1,8 +1,9 @@
 //! Plans: the list of kernel specs to ship for an arch family.
 //!
 //! `default`: every head dim engines use (64, 96, 128, 256 and DeepSeek's 192/128), bf16 and
-//! fp16, each mask kind (none, causal, local) with and without LSE, at every q_stage FA4's
-//! selection can ask for on the family, on the family's tile table.
+//! fp16, each mask kind (none, causal, local) with and without LSE, packed and unpacked GQA
+//! (selection packs by default when H > Hkv), at every q_stage FA4's selection can ask for on
+//! the family, on the family's tile table.
 
 use crate::arch::Arch;
 use crate::spec::{DType, KernelSpec, Mask};
@@ -36,10 +37,12 @@ fn default_plan(arch: Arch) -> Vec<KernelSpec> {
             for &q_stage in tiles::q_stages(arch) {
                 for mask in Mask::ALL {
                     for lse in [false, true] {
-                        if let Some(s) =
-                            tiles::portable_spec(arch, dtype, d, dv, q_stage, mask, lse, false)
-                        {
-                            out.push(s);
+                        for pack_gqa in [false, true] {
+                            if let Some(s) = tiles::portable_spec(
+                                arch, dtype, d, dv, q_stage, mask, lse, pack_gqa,
+                            ) {
+                                out.push(s);
+                            }
                         }
                     }
                 }
@@ -57,7 +60,7 @@ mod tests {
     fn default_plan_covers_every_head_dim_on_every_family() {
         for arch in Arch::ALL {
             let specs = plan("default", arch).unwrap();
-            let per_dim = 2 * 3 * 2 * tiles::q_stages(arch).len();
+            let per_dim = 2 * 3 * 2 * 2 * tiles::q_stages(arch).len();
             assert_eq!(specs.len(), DEFAULT_HEAD_DIMS.len() * per_dim, "{arch}");
             for s in &specs {
                 s.can_implement().unwrap();

@@ -136,19 +136,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   const int n_hi = mask.block_hi(m1, kTileN);
 
   const u16* q_base = p.q + batch * p.q_batch_stride;
-  const u16* k_base = p.k + batch * p.k_batch_stride + head_kv * p.k_head_stride;
-  const u16* v_base = p.v + batch * p.v_batch_stride + head_kv * p.v_head_stride;
   const u32 sQ = smem_u32(smem + kSmemQ), sK = smem_u32(smem + kSmemK), sV = smem_u32(smem + kSmemV);
 
+  // Row 0 of K/V block nb. The (batch, kv head) offset is recomputed from the block index at each
+  // load rather than held across the main loop: at 255 registers a held 64-bit base spills.
+  auto kv_row0 = [&](const u16* base, i64 batch_stride, i64 head_stride, i64 row_stride, int nb) {
+    const int hkv = kPackGqa ? (int)block_index_y_fresh() : (int)block_index_y_fresh() / p.group;
+    return base + block_index_z_fresh() * batch_stride + hkv * head_stride + (i64)(nb * kTileN) * row_stride;
+  };
   auto load_k = [&](int nb) {
-    const int n0 = nb * kTileN;
-    load_rows_async<kTileN, kDPad, kKRow, kThreads>(sK, k_base + n0 * p.k_row_stride, p.k_row_stride,
-                                                    p.seqlen_k - n0, kD, tid);
+    load_rows_async<kTileN, kDPad, kKRow, kThreads>(
+        sK, kv_row0(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb), p.k_row_stride,
+        p.seqlen_k - nb * kTileN, kD);
   };
   auto load_v = [&](int nb) {
-    const int n0 = nb * kTileN;
-    load_rows_async<kTileN, kDvPad, kVRow, kThreads>(sV, v_base + n0 * p.v_row_stride, p.v_row_stride,
-                                                     p.seqlen_k - n0, kDv, tid);
+    load_rows_async<kTileN, kDvPad, kVRow, kThreads>(
+        sV, kv_row0(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb), p.v_row_stride,
+        p.seqlen_k - nb * kTileN, kDv);
   };
 
   // ---- prologue: Q and the first (highest) K block in one group ----
@@ -193,19 +197,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
     const int n0 = nb * kTileN;
     if (mask.block_is_partial(m0, m1, n0, kTileN)) {
+      // Visible keys of a row, relative to this thread's first column: the per-element test is
+      // then a compare against the compile-time column offset. The rows' query indices are
+      // derived here from a fresh thread index, not hoisted out of the main loop (with pack-GQA
+      // they are divisions, and held they cost registers the accumulators need).
+      const int tf = thread_index_fresh();
+      const int thread_row0 = row0 + tf / 32 * kWarpM + tf % 32 / 4;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int i = query_of(row0 + warp_row0 + mt * 16 + g + 8 * h);
-          const int lo = mask.lo(i), hi = mask.hi(i);
+          const int i = query_of(thread_row0 + mt * 16 + 8 * h);
+          const int lo = mask.lo(i) - n0 - 2 * t, hi = mask.hi(i) - n0 - 2 * t;
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int j = n0 + nt * 8 + 2 * t + e;
-              if (j < lo || j >= hi) s[mt][nt][2 * h + e] = neg_inf();
-            }
+            for (int e = 0; e < 2; ++e)
+              if (nt * 8 + e < lo || nt * 8 + e >= hi) s[mt][nt][2 * h + e] = neg_inf();
         }
     }
 
@@ -233,18 +241,25 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
   // ---- epilogue: normalise, stage this warp's rows through its own Q rows, 16-byte stores ----
   softmax.finalize();
+  float inv[kMT][2], lse[kMT][2];  // only these leave the softmax state: fewer live registers
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      inv[mt][h] = softmax.inv_sum(mt, h);
+      lse[mt][h] = softmax.lse(mt, h, p.scale_log2);
+    }
   const int ewarp_row0 = thread_index_fresh() / 32 * kWarpM;  // = warp_row0, recomputed rather than kept live
   __syncwarp();  // only this warp ever reads its Q rows: no CTA barrier needed to reuse them
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float inv = softmax.inv_sum(mt, h);
       unsigned char* row_smem = smem + kSmemQ + (ewarp_row0 + mt * 16 + g + 8 * h) * kQRow * 2;
 #pragma unroll
       for (int dt = 0; dt < kDvT; ++dt)
         *reinterpret_cast<u32*>(row_smem + (dt * 8 + 2 * t) * 2) =
-            Elem::pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+            Elem::pack2(o[mt][dt][2 * h] * inv[mt][h], o[mt][dt][2 * h + 1] * inv[mt][h]);
     }
   __syncwarp();
   constexpr int kChunksPerRow = kDvPad / 8;
@@ -267,8 +282,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
           if (row < rows)
-            p.lse[batch * p.lse_batch_stride + (i64)head_of(row) * p.lse_head_stride + query_of(row)] =
-                softmax.lse(mt, h, p.scale_log2);
+            p.lse[batch * p.lse_batch_stride + (i64)head_of(row) * p.lse_head_stride + query_of(row)] = lse[mt][h];
         }
     }
   }

@@ -1,6 +1,6 @@
 //! `cargo xtask stage`: everything a GPU host without cargo needs, in `.stage/` (git-ignored):
-//! the release test binaries (`.stage/bin/<test>`), the examples, the cdylib when one is built,
-//! and the compiled kernel directories (`.stage/generated/<arch>/`). `scripts/gpu-check.sh`
+//! the release test binaries (`.stage/bin/<test>`, the library's unit tests as `fa4gen`), the
+//! examples, and the kernel directories (`.stage/generated/<arch>/`). `scripts/gpu-check.sh`
 //! runs them there.
 
 use serde_json::Value;
@@ -22,40 +22,47 @@ pub fn run(a: StageArgs) -> Result<(), String> {
     std::fs::create_dir_all(&bin).map_err(|e| e.to_string())?;
 
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(&cargo)
-        .current_dir(&root)
-        .args([
-            "test",
-            "--release",
-            "--no-run",
-            "--message-format=json",
-            "-p",
-            "fa4gen",
-        ])
-        .args(["--tests", "--examples"])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("running cargo: {e}"))?;
-    if !out.status.success() {
-        return Err("cargo test --no-run failed".into());
-    }
     let mut n = 0;
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(v) = serde_json::from_str::<Value>(line) else {
-            continue;
-        };
-        let (Some(exe), Some(name)) = (v["executable"].as_str(), v["target"]["name"].as_str())
-        else {
-            continue;
-        };
-        let kind = v["target"]["kind"][0].as_str().unwrap_or("");
-        let dst = bin.join(if kind == "lib" {
-            "unit".to_string()
-        } else {
-            name.to_string()
-        });
-        std::fs::copy(exe, &dst).map_err(|e| format!("{exe}: {e}"))?;
-        n += 1;
+    // Test binaries, then the examples as
+    // programs (built by `cargo build`: under `cargo test` they would be test harnesses).
+    for args in [
+        &["test", "--release", "--no-run", "--lib", "--tests"][..],
+        &["build", "--release", "--examples"][..],
+    ] {
+        let out = Command::new(&cargo)
+            .current_dir(&root)
+            .args(args)
+            .args(["--message-format=json", "-p", "fa4gen"])
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("running cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("cargo {} failed", args.join(" ")));
+        }
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let Ok(v) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            let (Some(exe), Some(name)) = (v["executable"].as_str(), v["target"]["name"].as_str())
+            else {
+                continue;
+            };
+            let dst = bin.join(name);
+            std::fs::copy(exe, &dst).map_err(|e| format!("{exe}: {e}"))?;
+            n += 1;
+        }
+    }
+    // Every family's manifest (tests open other families' libraries to check refusals), and
+    // the cubins of the families asked for.
+    for arch in fa4gen::Arch::ALL {
+        let dst = stage.join("generated").join(arch.name());
+        std::fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
+        let m = fa4gen::manifest::FILE_NAME;
+        std::fs::copy(
+            root.join("generated").join(arch.name()).join(m),
+            dst.join(m),
+        )
+        .map_err(|e| format!("{arch} manifest: {e}"))?;
     }
     for arch in a.arch.split(',') {
         let src = root.join("generated").join(arch);
@@ -71,7 +78,6 @@ pub fn run(a: StageArgs) -> Result<(), String> {
 }
 
 fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(dst).map_err(|e| e.to_string())?;
     let entries = std::fs::read_dir(src).map_err(|e| format!("{}: {e}", src.display()))?;
     for e in entries.flatten() {
         let name = e.file_name();

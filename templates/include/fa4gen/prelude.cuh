@@ -30,6 +30,16 @@ FA4_DEVICE u32 thread_index_fresh() {
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r));
   return r;
 }
+FA4_DEVICE u32 block_index_y_fresh() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(r));
+  return r;
+}
+FA4_DEVICE u32 block_index_z_fresh() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(r));
+  return r;
+}
 
 FA4_DEVICE float fast_exp2(float x) {
   float y;

@@ -37,17 +37,20 @@ FA4_DEVICE void load_tile_async(u32 smem, RowPtr row_ptr, int cols_valid, const 
 // The same copy for rows at a uniform stride (K and V tiles: `g_row0` is row 0 of the tile,
 // rows at or past rows_valid are zero-filled). When the threads divide evenly over the 16-byte
 // chunks of a row, each thread keeps one column and walks rows by a constant pointer step, so the
-// main loop carries one pointer per tile instead of a hoisted address per chunk (which cost
-// registers and spills at d = 128).
+// main loop carries one pointer per tile instead of a hoisted address per chunk. The thread
+// index is read afresh so the per-thread offsets are recomputed at each load (a few integer
+// ops) instead of being held across the main loop: at 255 registers, held offsets spill.
 template <int ROWS, int COLS, int STRIDE, int NTHREADS>
 FA4_DEVICE void load_rows_async(u32 smem, const u16* g_row0, i64 g_row_stride, int rows_valid,
-                                int cols_valid, int tid) {
+                                int cols_valid) {
+  const int tid = thread_index_fresh();
   constexpr int kChunksPerRow = COLS / 8;
   if constexpr (NTHREADS % kChunksPerRow == 0) {
     constexpr int kRowStep = NTHREADS / kChunksPerRow;
     constexpr int kIters = (ROWS + kRowStep - 1) / kRowStep;
     const int r0 = tid / kChunksPerRow, c = (tid % kChunksPerRow) * 8;
-    const u16* src = g_row0 + r0 * g_row_stride + c;
+    // Offsets within one tile fit 32 bits (the host caps row strides at 2^23 elements).
+    const int stride = (int)g_row_stride;
     const u32 dst = smem + (r0 * STRIDE + c) * 2;
     const bool col_ok = c < cols_valid;
 #pragma unroll
@@ -55,8 +58,7 @@ FA4_DEVICE void load_rows_async(u32 smem, const u16* g_row0, i64 g_row_stride, i
       const int r = r0 + it * kRowStep;
       if (ROWS % kRowStep == 0 || r < ROWS) {
         const bool ok = col_ok && r < rows_valid;
-        cp_async_16_zfill(dst + it * kRowStep * STRIDE * 2, ok ? src + it * kRowStep * g_row_stride : g_row0,
-                          ok);
+        cp_async_16_zfill(dst + it * kRowStep * STRIDE * 2, g_row0 + (ok ? r * stride + c : 0), ok);
       }
     }
   } else {

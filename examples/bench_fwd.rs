@@ -1,0 +1,136 @@
+//! Time fa4gen's forward on the DESIGN.md §8 shapes (B·S = 16k tokens, H·d = 2048): median of
+//! per-launch CUDA-event times after warm-up, inputs rotated through enough copies to exceed
+//! L2. One JSON line per shape on stdout, for scripts/bench_report.py to set beside torch SDPA
+//! measured in the same run.
+//!
+//! usage: bench_fwd <kernels root> [d,s,causal ...]   (default: the issue-2 set)
+//!        bench_fwd <kernels root> --once d,s,causal  (one launch, for compute-sanitizer)
+
+use fa4gen::DType;
+use fa4gen::runtime::{self, FlashAttention, Problem};
+use std::time::Instant;
+
+fn shapes(args: &[String]) -> Vec<(usize, usize, usize, bool)> {
+    let parse = |s: &str| -> Option<(usize, usize, usize, bool)> {
+        let v: Vec<&str> = s.split(',').collect();
+        let d: usize = v.first()?.parse().ok()?;
+        let dv = if d == 192 { 128 } else { d };
+        Some((d, dv, v.get(1)?.parse().ok()?, v.get(2)? == &"1"))
+    };
+    if !args.is_empty() {
+        return args.iter().filter_map(|a| parse(a)).collect();
+    }
+    let mut out = Vec::new();
+    for d in [64, 128, 256, 192] {
+        for s in [1024, 4096, 16384] {
+            for causal in [false, true] {
+                out.push((d, if d == 192 { 128 } else { d }, s, causal));
+            }
+        }
+    }
+    out
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let t_start = Instant::now();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = args
+        .first()
+        .ok_or("usage: bench_fwd <kernels root> [d,s,causal ...]")?;
+    let once = args.get(1).is_some_and(|a| a == "--once");
+    let rest = if once { &args[2..] } else { &args[1..] };
+    let ctx = runtime::context(0)?;
+    let t_ctx = t_start.elapsed();
+    let stream = ctx.default_stream();
+    let fa = FlashAttention::from_root(ctx.clone(), root)?;
+    let l2_bytes = ctx
+        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
+        as usize;
+
+    for (i, (d, dv, s, causal)) in shapes(rest).into_iter().enumerate() {
+        // B·S = 16k tokens, H·d = 2048 (H 16 for 192/128, as the anchors); --once: B 1, H 2,
+        // small enough for compute-sanitizer.
+        let b = if once { 1 } else { (16384 / s).max(1) };
+        let h = if once {
+            2
+        } else if d == 192 {
+            16
+        } else {
+            2048 / d
+        };
+        let mut p = Problem::new(DType::Bf16, b, s, s, h, h, d, dv);
+        p.causal = causal;
+        let (q_len, k_len, v_len, o_len) =
+            (b * s * h * d, b * s * h * d, b * s * h * dv, b * s * h * dv);
+        let set_bytes = 2 * (q_len + k_len + v_len + o_len);
+        let copies = if once {
+            1
+        } else {
+            (3 * l2_bytes).div_ceil(set_bytes).clamp(1, 8)
+        };
+        // Random bf16 in [-2, 2) from a fixed LCG: real data, not zeros (zeros run faster).
+        let mut x = 0x9e3779b97f4a7c15u64 ^ i as u64;
+        let mut fill = |n: usize| -> Vec<u16> {
+            (0..n)
+                .map(|_| {
+                    x = x
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    half::bf16::from_f32(((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0)
+                        .to_bits()
+                })
+                .collect()
+        };
+        let mut sets = Vec::new();
+        for _ in 0..copies {
+            sets.push((
+                stream.clone_htod(&fill(q_len))?,
+                stream.clone_htod(&fill(k_len))?,
+                stream.clone_htod(&fill(v_len))?,
+                stream.alloc_zeros::<u16>(o_len)?,
+            ));
+        }
+        let t_first = Instant::now();
+        {
+            let (q, k, v, o) = &mut sets[0];
+            fa.forward(&stream, &p, q, k, v, o, None)?;
+            stream.synchronize()?;
+        }
+        let first_ms = t_first.elapsed().as_secs_f64() * 1e3;
+        if once {
+            println!(
+                "{{\"once\":true,\"d\":{d},\"s\":{s},\"causal\":{causal},\"first_call_ms\":{first_ms:.3},\"ctx_ms\":{:.1}}}",
+                t_ctx.as_secs_f64() * 1e3
+            );
+            continue;
+        }
+        for it in 0..10 {
+            let (q, k, v, o) = &mut sets[it % copies];
+            fa.forward(&stream, &p, q, k, v, o, None)?;
+        }
+        let iters = 60;
+        let mut times = Vec::with_capacity(iters);
+        let start = ctx.new_event(None)?;
+        let end = ctx.new_event(None)?;
+        for it in 0..iters {
+            let (q, k, v, o) = &mut sets[it % copies];
+            start.record(&stream)?;
+            fa.forward(&stream, &p, q, k, v, o, None)?;
+            end.record(&stream)?;
+            end.synchronize()?;
+            times.push(start.elapsed_ms(&end)? as f64);
+        }
+        times.sort_by(f64::total_cmp);
+        let ms = times[iters / 2];
+        let flops = 2.0 * (b * h) as f64 * (s * s) as f64 * (d + dv) as f64
+            / if causal { 2.0 } else { 1.0 };
+        let (_, sel) = fa.plan(&p)?;
+        println!(
+            "{{\"impl\":\"fa4gen\",\"d\":{d},\"dv\":{dv},\"s\":{s},\"b\":{b},\"h\":{h},\"causal\":{causal},\"ms\":{ms:.4},\"tflops\":{:.1},\"spread\":{:.3},\"first_call_ms\":{first_ms:.2},\"kernel\":\"{}\"}}",
+            flops / ms / 1e9,
+            times[iters * 9 / 10] / times[iters / 10],
+            sel.spec.stem()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env python3
+"""Merge bench_fwd (fa4gen) and bench_sdpa (torch SDPA cuDNN / flash) JSON lines from one run
+into a markdown table of TFLOP/s and ratios. usage: bench_report.py results.jsonl"""
+import json
+import sys
+
+rows = {}
+for line in open(sys.argv[1]):
+    line = line.strip()
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    if "impl" not in r:
+        continue
+    key = (r["d"], r["s"], r["causal"])
+    rows.setdefault(key, {})[r["impl"]] = r
+
+print("| d | S | causal | B×H | fa4gen TFLOP/s | cuDNN | FA2 (SDPA flash) | fa4gen/cuDNN | fa4gen/FA2 |")
+print("|---|---|---|---|---|---|---|---|---|")
+for (d, s, c), r in sorted(rows.items(), key=lambda kv: (kv[0][0] if kv[0][0] != 192 else 999, kv[0][1], kv[0][2])):
+    ours = r.get("fa4gen", {}).get("tflops")
+    cud = r.get("cudnn", {}).get("tflops")
+    fa2 = r.get("fa2", {}).get("tflops")
+    ratio = lambda a, b: f"{a / b:.2f}" if a and b else "–"
+    bh = f'{r.get("fa4gen", r.get("cudnn", {})).get("b", "?")}×{r.get("fa4gen", r.get("cudnn", {})).get("h", "?")}'
+    dd = "192/128" if d == 192 else str(d)
+    print(f"| {dd} | {s} | {'yes' if c else 'no'} | {bh} | {ours or '–'} | {cud or '–'} | {fa2 or '–'} | {ratio(ours, cud)} | {ratio(ours, fa2)} |")

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
+# build machine and with .stage/ copied over (the device tool: carry [".stage"]).
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench]      (default: all four)
+# Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
+set -uo pipefail
+OUT=${OUT:-/tmp/fa4gen-out}
+mkdir -p "$OUT"
+export FA4GEN_KERNELS=.stage/generated
+steps=${*:-test sass sanitize bench}
+status=0
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+
+for step in $steps; do
+  case $step in
+  test)
+    # One thread: the cases share the GPU and the CPU reference parallelises itself.
+    for t in gpu_forward; do
+      .stage/bin/$t --test-threads=1 --nocapture 2>&1 | tee "$OUT/test-$t.log" | grep -E "cases|passed|FAIL|SKIPPED|test result|panicked" || true
+      [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    done
+    ;;
+  sass)
+    echo "SASS of sm90 cubins: stem | HMMA | LDSM | LDGSTS | MUFU.EX2 | LDL | STL"
+    for f in .stage/generated/sm90/fwd.sm90.portable.bf16.d{64x64.m128n128,96x96.m128n64,128x128.m128n64,192x128.m128n64,256x256.m128n64}.q1.causal.lse.cubin; do
+      cuobjdump --dump-sass "$f" > "$OUT/sass.tmp" 2>&1 || { echo "cuobjdump failed on $f"; status=1; continue; }
+      c() { grep -c -E "$1" "$OUT/sass.tmp"; }
+      echo "$(basename "$f" .cubin) | $(c 'HMMA') | $(c 'LDSM') | $(c 'LDGSTS') | $(c 'MUFU.EX2') | $(c '\bLDL') | $(c '\bSTL')"
+    done | tee "$OUT/sass.txt"
+    cuobjdump --dump-sass .stage/generated/sm90/fwd.sm90.portable.bf16.d128x128.m128n64.q1.causal.lse.cubin > "$OUT/sass-d128-causal-lse.txt" 2>&1
+    rm -f "$OUT/sass.tmp"
+    ;;
+  sanitize)
+    for args in "64,256,1" "128,384,0" "256,200,1" "192,130,0"; do
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/bench_fwd .stage/generated --once "$args" > "$OUT/sanitize-$tool-$args.log" 2>&1
+        rc=$?
+        echo "compute-sanitizer $tool d,s,causal=$args: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-$tool-$args.log" | tr '\n' ' ')"
+        [ $rc = 0 ] || status=1
+      done
+    done
+    ;;
+  bench)
+    { .stage/bin/bench_fwd .stage/generated; python3 scripts/bench_sdpa.py; } > "$OUT/bench.jsonl" 2> "$OUT/bench.err" || status=1
+    python3 scripts/bench_report.py "$OUT/bench.jsonl" | tee "$OUT/bench.md"
+    ;;
+  *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+exit $status

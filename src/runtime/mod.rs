@@ -1,0 +1,28 @@
+//! The runtime engines link: kernel libraries on disk, validation, selection, loading, launch.
+
+mod attention;
+mod error;
+mod library;
+mod problem;
+
+pub use attention::{FlashAttention, RawPtrs};
+pub use error::Error;
+pub use library::KernelLibrary;
+pub use problem::{Problem, Strides, Validated, resolve_mask};
+
+/// Whether a CUDA driver can be loaded here (cudarc panics on first use otherwise).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen libcuda.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+/// Context on device `ordinal`, or a typed error where there is no driver or no device.
+pub fn context(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaContext>, Error> {
+    if !driver_present() {
+        return Err(Error::NoDriver);
+    }
+    cudarc::driver::CudaContext::new(ordinal).map_err(|source| Error::Driver {
+        call: "cuInit/cuDevicePrimaryCtxRetain",
+        source,
+    })
+}

@@ -1,0 +1,408 @@
+//! `Problem`: one attention call's shapes, layout and options, and its validation into the
+//! values a kernel launch needs. FA4's conventions (DESIGN.md §6): q `(B, Sq, H, D)`, k/v
+//! `(B, Sk, Hkv, D|Dv)`, out `(B, Sq, H, Dv)`, LSE `(B, H, Sq)` fp32; the last dim contiguous,
+//! other strides free (multiples of 8 elements, i.e. 16-byte rows).
+
+use super::error::Error;
+use crate::params::FwdParams;
+use crate::spec::{DType, Mask};
+
+/// Element strides of a 4-d tensor `(batch, row, head, dim)`, dim stride 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strides {
+    pub batch: i64,
+    pub row: i64,
+    pub head: i64,
+}
+
+impl Strides {
+    /// Strides of a contiguous `(B, S, H, D)` tensor.
+    pub fn contiguous(seqlen: usize, heads: usize, dim: usize) -> Strides {
+        Strides {
+            batch: (seqlen * heads * dim) as i64,
+            row: (heads * dim) as i64,
+            head: dim as i64,
+        }
+    }
+
+    /// One past the largest element offset a `(b, s, h, d)` tensor with these strides reaches
+    /// (0 when any extent is 0).
+    pub fn extent(&self, b: usize, s: usize, h: usize, d: usize) -> Option<usize> {
+        if b == 0 || s == 0 || h == 0 || d == 0 {
+            return Some(0);
+        }
+        let last = (b as i64 - 1)
+            .checked_mul(self.batch)?
+            .checked_add((s as i64 - 1).checked_mul(self.row)?)?
+            .checked_add((h as i64 - 1).checked_mul(self.head)?)?
+            .checked_add(d as i64 - 1)?;
+        usize::try_from(last + 1).ok()
+    }
+}
+
+/// One forward call. Build with [`Problem::new`] (contiguous tensors, default scale, no mask)
+/// and adjust the public fields.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub dtype: DType,
+    pub batch: usize,
+    pub seqlen_q: usize,
+    pub seqlen_k: usize,
+    pub heads: usize,
+    pub heads_kv: usize,
+    pub head_dim: usize,
+    pub head_dim_v: usize,
+    /// Defaults to `1 / sqrt(head_dim)`.
+    pub softmax_scale: Option<f32>,
+    pub causal: bool,
+    /// `(left, right)` sliding window, bottom-right aligned; `None` is unbounded. Resolved
+    /// exactly as FA4 does (see [`resolve_mask`]).
+    pub window: (Option<i64>, Option<i64>),
+    pub return_lse: bool,
+    /// Fold the GQA group into M (`None`: fa4gen's default, see `select`).
+    pub pack_gqa: Option<bool>,
+    pub q_strides: Strides,
+    pub k_strides: Strides,
+    pub v_strides: Strides,
+    pub o_strides: Strides,
+}
+
+impl Problem {
+    /// A problem over contiguous tensors with FA4's defaults.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        dtype: DType,
+        batch: usize,
+        seqlen_q: usize,
+        seqlen_k: usize,
+        heads: usize,
+        heads_kv: usize,
+        head_dim: usize,
+        head_dim_v: usize,
+    ) -> Problem {
+        Problem {
+            dtype,
+            batch,
+            seqlen_q,
+            seqlen_k,
+            heads,
+            heads_kv,
+            head_dim,
+            head_dim_v,
+            softmax_scale: None,
+            causal: false,
+            window: (None, None),
+            return_lse: false,
+            pack_gqa: None,
+            q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
+            k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
+            v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),
+            o_strides: Strides::contiguous(seqlen_q, heads, head_dim_v),
+        }
+    }
+}
+
+/// FA4's canonical form of (causal, window): causal forces `wr = 0`; a window whose sides sum
+/// below 0 is dropped entirely (so `(-1, 0)` is full attention, `(-1, -1)` no window);
+/// `(None, 0)` is plain causal; any other window is local.
+pub fn resolve_mask(
+    causal: bool,
+    window: (Option<i64>, Option<i64>),
+) -> (Mask, Option<i64>, Option<i64>) {
+    let (mut wl, mut wr) = window;
+    if causal {
+        wr = Some(0);
+    }
+    if let (Some(l), Some(r)) = (wl, wr)
+        && l + r < 0
+    {
+        wl = None;
+        wr = None;
+    }
+    match (wl, wr) {
+        (None, None) => (if causal { Mask::Causal } else { Mask::None }, None, None),
+        (None, Some(0)) => (Mask::Causal, None, None),
+        _ => (Mask::Local, wl, wr),
+    }
+}
+
+/// A validated problem: what selection and the launch need, all range-checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Validated {
+    pub mask: Mask,
+    pub group: usize,
+    pub scale: f32,
+    /// FwdParams with every field but the pointers filled in.
+    pub params: FwdParams,
+}
+
+const I32_MAX: usize = i32::MAX as usize;
+
+fn check_range(
+    field: &'static str,
+    v: usize,
+    lo: usize,
+    hi: usize,
+    what: &str,
+) -> Result<(), Error> {
+    if v < lo || v > hi {
+        return Err(Error::invalid(field, v, format!("{what} ({lo}..={hi})")));
+    }
+    Ok(())
+}
+
+fn check_strides(name: &'static str, s: &Strides) -> Result<(), Error> {
+    for (v, what) in [(s.batch, "batch"), (s.row, "row"), (s.head, "head")] {
+        if v < 0 || v % 8 != 0 {
+            return Err(Error::invalid(
+                name,
+                format!("{what} stride {v}"),
+                "non-negative strides that are multiples of 8 elements (16-byte aligned rows); the last dim must be contiguous",
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl Problem {
+    /// Check every field and compute the launch values. Errors name the field at fault.
+    pub fn validate(&self) -> Result<Validated, Error> {
+        check_range("batch", self.batch, 0, 65535, "batch size")?;
+        check_range("seqlen_q", self.seqlen_q, 0, I32_MAX / 2, "query length")?;
+        check_range("seqlen_k", self.seqlen_k, 0, I32_MAX / 2, "key length")?;
+        check_range("heads", self.heads, 1, 65535, "query heads")?;
+        check_range(
+            "heads_kv",
+            self.heads_kv,
+            1,
+            self.heads,
+            "key/value heads, at most heads",
+        )?;
+        if !self.heads.is_multiple_of(self.heads_kv) {
+            return Err(Error::invalid(
+                "heads_kv",
+                self.heads_kv,
+                format!(
+                    "a divisor of heads = {} (GQA groups must be equal)",
+                    self.heads
+                ),
+            ));
+        }
+        for (field, d) in [("head_dim", self.head_dim), ("head_dim_v", self.head_dim_v)] {
+            if d == 0 || !d.is_multiple_of(8) || d > 256 {
+                return Err(Error::invalid(field, d, "a multiple of 8 in 8..=256"));
+            }
+        }
+        let scale = self
+            .softmax_scale
+            .unwrap_or(1.0 / (self.head_dim as f32).sqrt());
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(Error::invalid("softmax_scale", scale, "a finite value > 0"));
+        }
+        for (field, w) in [
+            ("window.left", self.window.0),
+            ("window.right", self.window.1),
+        ] {
+            if let Some(w) = w
+                && w.unsigned_abs() > I32_MAX as u64 / 2
+            {
+                return Err(Error::invalid(field, w, "|window| < 2^30"));
+            }
+        }
+        check_strides("q_strides", &self.q_strides)?;
+        check_strides("k_strides", &self.k_strides)?;
+        check_strides("v_strides", &self.v_strides)?;
+        check_strides("o_strides", &self.o_strides)?;
+        // K/V tile loads index rows within a tile in 32 bits (it keeps the main loop in
+        // registers): 256 rows of the stride must stay below 2^31 elements.
+        for (field, s) in [
+            ("k_strides", &self.k_strides),
+            ("v_strides", &self.v_strides),
+        ] {
+            if s.row > 1 << 23 {
+                return Err(Error::invalid(
+                    field,
+                    format!("row stride {}", s.row),
+                    "a row stride of at most 2^23 elements",
+                ));
+            }
+        }
+        let group = self.heads / self.heads_kv;
+        if self.seqlen_q * group > I32_MAX / 2 {
+            return Err(Error::invalid(
+                "seqlen_q",
+                self.seqlen_q,
+                format!("seqlen_q * (heads / heads_kv) < 2^30 (group {group})"),
+            ));
+        }
+        let (mask, wl, wr) = resolve_mask(self.causal, self.window);
+        // An unbounded side is Sq + Sk: wider than any visible range, small enough for int math.
+        let unbounded = (self.seqlen_q + self.seqlen_k) as i64;
+        let clamp = |w: Option<i64>| w.unwrap_or(unbounded).clamp(-unbounded, unbounded) as i32;
+        let params = FwdParams {
+            q_batch_stride: self.q_strides.batch,
+            q_row_stride: self.q_strides.row,
+            q_head_stride: self.q_strides.head,
+            k_batch_stride: self.k_strides.batch,
+            k_row_stride: self.k_strides.row,
+            k_head_stride: self.k_strides.head,
+            v_batch_stride: self.v_strides.batch,
+            v_row_stride: self.v_strides.row,
+            v_head_stride: self.v_strides.head,
+            o_batch_stride: self.o_strides.batch,
+            o_row_stride: self.o_strides.row,
+            o_head_stride: self.o_strides.head,
+            lse_batch_stride: (self.heads * self.seqlen_q) as i64,
+            lse_head_stride: self.seqlen_q as i64,
+            batch: self.batch as i32,
+            seqlen_q: self.seqlen_q as i32,
+            seqlen_k: self.seqlen_k as i32,
+            heads: self.heads as i32,
+            heads_kv: self.heads_kv as i32,
+            group: group as i32,
+            window_left: clamp(wl),
+            window_right: clamp(wr),
+            scale_log2: scale * std::f32::consts::LOG2_E,
+            ..FwdParams::default()
+        };
+        Ok(Validated {
+            mask,
+            group,
+            scale,
+            params,
+        })
+    }
+
+    /// Elements the q, k, v, out buffers must hold, and the LSE's (B * H * Sq).
+    pub fn extents(&self) -> Result<[usize; 5], Error> {
+        let e = |name: &'static str, s: &Strides, sl: usize, h: usize, d: usize| {
+            s.extent(self.batch, sl, h, d).ok_or_else(|| {
+                Error::invalid(
+                    name,
+                    format!("{s:?}"),
+                    "strides whose extent fits in memory",
+                )
+            })
+        };
+        Ok([
+            e(
+                "q_strides",
+                &self.q_strides,
+                self.seqlen_q,
+                self.heads,
+                self.head_dim,
+            )?,
+            e(
+                "k_strides",
+                &self.k_strides,
+                self.seqlen_k,
+                self.heads_kv,
+                self.head_dim,
+            )?,
+            e(
+                "v_strides",
+                &self.v_strides,
+                self.seqlen_k,
+                self.heads_kv,
+                self.head_dim_v,
+            )?,
+            e(
+                "o_strides",
+                &self.o_strides,
+                self.seqlen_q,
+                self.heads,
+                self.head_dim_v,
+            )?,
+            self.batch * self.heads * self.seqlen_q,
+        ])
+    }
+
+    /// Whether out is exactly a dense `(B, Sq, H, Dv)` block (then it can be memset).
+    pub(crate) fn out_is_dense(&self) -> bool {
+        self.o_strides == Strides::contiguous(self.seqlen_q, self.heads, self.head_dim_v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fa4_window_canonicalisation() {
+        assert_eq!(resolve_mask(false, (None, None)), (Mask::None, None, None));
+        assert_eq!(resolve_mask(true, (None, None)), (Mask::Causal, None, None));
+        assert_eq!(
+            resolve_mask(false, (None, Some(0))),
+            (Mask::Causal, None, None)
+        );
+        assert_eq!(
+            resolve_mask(false, (Some(-1), Some(0))),
+            (Mask::None, None, None)
+        );
+        assert_eq!(
+            resolve_mask(false, (Some(-1), Some(-1))),
+            (Mask::None, None, None)
+        );
+        assert_eq!(
+            resolve_mask(true, (Some(-5), None)),
+            (Mask::Causal, None, None)
+        );
+        assert_eq!(
+            resolve_mask(true, (Some(128), None)),
+            (Mask::Local, Some(128), Some(0))
+        );
+        assert_eq!(
+            resolve_mask(false, (Some(128), Some(0))),
+            (Mask::Local, Some(128), Some(0))
+        );
+        assert_eq!(
+            resolve_mask(false, (None, Some(-3))),
+            (Mask::Local, None, Some(-3))
+        );
+        assert_eq!(
+            resolve_mask(false, (Some(-3), None)),
+            (Mask::Local, Some(-3), None)
+        );
+        assert_eq!(
+            resolve_mask(false, (Some(-3), Some(10))),
+            (Mask::Local, Some(-3), Some(10))
+        );
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let ok = Problem::new(DType::Bf16, 2, 100, 200, 6, 3, 128, 128);
+        let v = ok.validate().unwrap();
+        assert_eq!(v.group, 2);
+        assert_eq!(v.params.window_left, 300);
+        type Mutation = Box<dyn Fn(&mut Problem)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (Box::new(|p| p.heads_kv = 4), "heads_kv"),
+            (Box::new(|p| p.heads_kv = 0), "heads_kv"),
+            (Box::new(|p| p.heads = 0), "heads"),
+            (Box::new(|p| p.head_dim = 100), "head_dim"),
+            (Box::new(|p| p.head_dim_v = 512), "head_dim_v"),
+            (
+                Box::new(|p| p.softmax_scale = Some(f32::NAN)),
+                "softmax_scale",
+            ),
+            (Box::new(|p| p.softmax_scale = Some(-1.0)), "softmax_scale"),
+            (Box::new(|p| p.q_strides.row = 7), "q_strides"),
+            (Box::new(|p| p.k_strides.head = -8), "k_strides"),
+            (
+                Box::new(|p| p.window = (Some(1 << 40), None)),
+                "window.left",
+            ),
+            (Box::new(|p| p.batch = 1 << 20), "batch"),
+            (Box::new(|p| p.v_strides.row = 1 << 24), "v_strides"),
+        ];
+        for (mutate, field) in cases {
+            let mut p = ok.clone();
+            mutate(&mut p);
+            match p.validate() {
+                Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+    }
+}

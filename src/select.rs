@@ -1,0 +1,151 @@
+//! Selection: a pure function from (problem, device) to the kernel spec and its grid. It uses
+//! the same tile tables as the plans (tiles.rs), so what a plan ships is what selection asks for.
+//!
+//! FA4's rules where FA4 has them (DESIGN.md §5):
+//! - q_stage on sm100f: 2 iff `max_seqlen_q * (pack_gqa ? G : 1) > 128`, else 1 (1 elsewhere);
+//! - pack_gqa: the caller's choice, default on when G = H / Hkv > 1.
+//!
+//! fa4gen today has one kernel family (portable), so the family choice is trivial; the sm90
+//! wgmma family will slot in here with a fallback to portable where it cannot implement a spec.
+
+use crate::arch::Arch;
+use crate::runtime::{Error, Problem, Validated};
+use crate::spec::KernelSpec;
+use crate::tiles;
+
+/// What selection needs to know about the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub major: i32,
+    pub minor: i32,
+    pub sm_count: u32,
+}
+
+impl DeviceInfo {
+    pub fn arch(&self) -> Result<Arch, Error> {
+        Arch::for_device(self.major, self.minor).ok_or(Error::UnsupportedDevice {
+            major: self.major,
+            minor: self.minor,
+        })
+    }
+}
+
+/// The kernel for a call and its launch grid `(m_blocks, heads or heads_kv, batch)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selection {
+    pub spec: KernelSpec,
+    pub grid: (u32, u32, u32),
+}
+
+pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selection, Error> {
+    let arch = device.arch()?;
+    let pack_gqa = p.pack_gqa.unwrap_or(v.group > 1);
+    let rows = p.seqlen_q * if pack_gqa { v.group } else { 1 };
+    let q_stage = match arch {
+        Arch::Sm100f if rows > 128 => 2,
+        _ => 1,
+    };
+    let (d, dv) = (p.head_dim as u32, p.head_dim_v as u32);
+    let spec = tiles::portable_spec(
+        arch,
+        p.dtype,
+        d,
+        dv,
+        q_stage,
+        v.mask,
+        p.return_lse,
+        pack_gqa,
+    )
+    .ok_or_else(|| {
+        Error::invalid(
+            "head_dim",
+            format!("{d}x{dv}"),
+            format!("head dims the {arch} portable kernel can tile"),
+        )
+    })?;
+    let m_blocks = rows.div_ceil(spec.block_m() as usize) as u32;
+    let heads = if pack_gqa { p.heads_kv } else { p.heads } as u32;
+    Ok(Selection {
+        spec,
+        grid: (m_blocks, heads, p.batch as u32),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{DType, Mask};
+
+    const H200: DeviceInfo = DeviceInfo {
+        major: 9,
+        minor: 0,
+        sm_count: 132,
+    };
+    const B200: DeviceInfo = DeviceInfo {
+        major: 10,
+        minor: 0,
+        sm_count: 148,
+    };
+
+    fn sel(p: &Problem, dev: &DeviceInfo) -> Selection {
+        select(p, &p.validate().unwrap(), dev).unwrap()
+    }
+
+    #[test]
+    fn q_stage_follows_fa4_on_sm100f_only() {
+        for (sq, g, pack, want) in [
+            (1, 1, None, 1),
+            (32, 1, None, 1),
+            (128, 1, None, 1),
+            (129, 1, None, 2),
+            (16, 8, None, 1), // 16 * 8 = 128 packed rows
+            (17, 8, None, 2), // 136 packed rows
+            (17, 8, Some(false), 1),
+        ] {
+            let mut p = Problem::new(DType::Bf16, 1, sq, 512, 8 * g, 8, 128, 128);
+            p.pack_gqa = pack;
+            assert_eq!(
+                sel(&p, &B200).spec.q_stage,
+                want,
+                "sq {sq} g {g} pack {pack:?}"
+            );
+            assert_eq!(sel(&p, &H200).spec.q_stage, 1);
+        }
+    }
+
+    #[test]
+    fn pack_gqa_defaults_on_for_groups() {
+        let p = Problem::new(DType::Bf16, 2, 100, 100, 64, 8, 64, 64);
+        let s = sel(&p, &H200);
+        assert!(s.spec.pack_gqa);
+        assert_eq!(s.grid, (7, 8, 2)); // ceil(100 * 8 / 128) m-blocks over the 8 KV heads
+    }
+
+    #[test]
+    fn grid_and_mask() {
+        let mut p = Problem::new(DType::Fp16, 3, 1000, 4096, 16, 16, 128, 128);
+        p.causal = true;
+        let s = sel(&p, &H200);
+        assert!(!s.spec.pack_gqa);
+        assert_eq!(s.spec.mask, Mask::Causal);
+        assert_eq!(s.grid, (8, 16, 3));
+        assert_eq!(
+            s.spec.stem(),
+            "fwd.sm90.portable.fp16.d128x128.m128n64.q1.causal"
+        );
+    }
+
+    #[test]
+    fn unsupported_device() {
+        let p = Problem::new(DType::Bf16, 1, 1, 1, 1, 1, 64, 64);
+        let a100 = DeviceInfo {
+            major: 8,
+            minor: 0,
+            sm_count: 108,
+        };
+        assert!(matches!(
+            select(&p, &p.validate().unwrap(), &a100),
+            Err(Error::UnsupportedDevice { major: 8, minor: 0 })
+        ));
+    }
+}

@@ -1,0 +1,102 @@
+//! Snapshots of the rendered source: one spec per family and per key flag, so a template
+//! change shows up as a reviewable diff here (the full plan is checked by tests/freshness.rs).
+
+use fa4gen::KernelSpec;
+
+fn snap(stem: &str) {
+    let spec: KernelSpec = stem.parse().unwrap();
+    let src = fa4gen::render::render(&spec).unwrap();
+    let mut settings = insta::Settings::clone_current();
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_snapshot_path("snapshots");
+    settings.bind(|| insta::assert_snapshot!(stem.replace('.', "_"), src));
+}
+
+#[test]
+fn sm90_base() {
+    snap("fwd.sm90.portable.bf16.d128x128.m128n64.q1");
+}
+#[test]
+fn sm90_causal() {
+    snap("fwd.sm90.portable.bf16.d128x128.m128n64.q1.causal");
+}
+#[test]
+fn sm90_local_lse() {
+    snap("fwd.sm90.portable.bf16.d128x128.m128n64.q1.local.lse");
+}
+#[test]
+fn sm90_packgqa_fp16() {
+    snap("fwd.sm90.portable.fp16.d64x64.m128n64.q1.packgqa");
+}
+#[test]
+fn sm90_d192x128() {
+    snap("fwd.sm90.portable.bf16.d192x128.m128n64.q1.causal");
+}
+#[test]
+fn sm100f_q_stage_2() {
+    snap("fwd.sm100f.portable.bf16.d128x128.m128n64.q2.causal.lse");
+}
+#[test]
+fn sm120_d256_small_tile() {
+    snap("fwd.sm120.portable.bf16.d256x256.m64n64.q1");
+}
+
+/// Every key field changes the generated code (no dead fields).
+#[test]
+fn every_key_field_changes_the_source() {
+    let base: KernelSpec = "fwd.sm100f.portable.bf16.d128x128.m128n64.q1"
+        .parse()
+        .unwrap();
+    let src = |s: &KernelSpec| {
+        // The header names the stem; compare the code below it.
+        let full = fa4gen::render::render(s).unwrap();
+        full.split_once("#include")
+            .map(|(_, b)| b.to_string())
+            .unwrap()
+    };
+    let b = src(&base);
+    let variants = [
+        KernelSpec {
+            arch: fa4gen::Arch::Sm90,
+            ..base
+        },
+        KernelSpec {
+            dtype: fa4gen::DType::Fp16,
+            ..base
+        },
+        KernelSpec {
+            d: 96,
+            dv: 96,
+            ..base
+        },
+        KernelSpec { dv: 96, ..base },
+        KernelSpec { tile_m: 64, ..base },
+        KernelSpec { tile_n: 32, ..base },
+        KernelSpec { q_stage: 2, ..base },
+        KernelSpec {
+            mask: fa4gen::Mask::Causal,
+            ..base
+        },
+        KernelSpec {
+            mask: fa4gen::Mask::Local,
+            ..base
+        },
+        KernelSpec { lse: true, ..base },
+        KernelSpec {
+            pack_gqa: true,
+            ..base
+        },
+    ];
+    for v in variants {
+        let stem = v.stem();
+        if v.arch != base.arch {
+            // The arch changes the NVRTC target, not the C++; the header names it.
+            assert_ne!(
+                fa4gen::render::render(&v).unwrap(),
+                fa4gen::render::render(&base).unwrap()
+            );
+            continue;
+        }
+        assert_ne!(src(&v), b, "{stem} renders the same code as the base spec");
+    }
+}
