@@ -3,19 +3,26 @@
 //! L2. One JSON line per shape on stdout, for scripts/bench_report.py to set beside torch SDPA
 //! measured in the same run.
 //!
-//! usage: bench_fwd <kernels root> [d,s,causal ...]   (default: the issue-2 set)
+//! usage: bench_fwd <kernels root> [d,s,causal[,tile_m,tile_n] ...]   (default: the issue-2 set)
 //!        bench_fwd <kernels root> --once d,s,causal  (one launch, for compute-sanitizer)
 
 use fa4gen::DType;
 use fa4gen::runtime::{self, FlashAttention, Problem};
 use std::time::Instant;
 
-fn shapes(args: &[String]) -> Vec<(usize, usize, usize, bool)> {
-    let parse = |s: &str| -> Option<(usize, usize, usize, bool)> {
+type Shape = (usize, usize, usize, bool, Option<(u32, u32)>);
+
+/// `d,s,causal[,tile_m,tile_n]`
+fn shapes(args: &[String]) -> Vec<Shape> {
+    let parse = |s: &str| -> Option<Shape> {
         let v: Vec<&str> = s.split(',').collect();
         let d: usize = v.first()?.parse().ok()?;
         let dv = if d == 192 { 128 } else { d };
-        Some((d, dv, v.get(1)?.parse().ok()?, v.get(2)? == &"1"))
+        let tile = match (v.get(3), v.get(4)) {
+            (Some(m), Some(n)) => Some((m.parse().ok()?, n.parse().ok()?)),
+            _ => None,
+        };
+        Some((d, dv, v.get(1)?.parse().ok()?, v.get(2)? == &"1", tile))
     };
     if !args.is_empty() {
         return args.iter().filter_map(|a| parse(a)).collect();
@@ -24,7 +31,7 @@ fn shapes(args: &[String]) -> Vec<(usize, usize, usize, bool)> {
     for d in [64, 128, 256, 192] {
         for s in [1024, 4096, 16384] {
             for causal in [false, true] {
-                out.push((d, if d == 192 { 128 } else { d }, s, causal));
+                out.push((d, if d == 192 { 128 } else { d }, s, causal, None));
             }
         }
     }
@@ -47,7 +54,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
         as usize;
 
-    for (i, (d, dv, s, causal)) in shapes(rest).into_iter().enumerate() {
+    for (i, (d, dv, s, causal, tile)) in shapes(rest).into_iter().enumerate() {
         // B·S = 16k tokens, H·d = 2048 (H 16 for 192/128, as the anchors); --once: B 1, H 2,
         // small enough for compute-sanitizer.
         let b = if once { 1 } else { (16384 / s).max(1) };
@@ -60,6 +67,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let mut p = Problem::new(DType::Bf16, b, s, s, h, h, d, dv);
         p.causal = causal;
+        p.tile_mn = tile;
+        if let Err(e) = fa.plan(&p) {
+            // A tile the family cannot build (sweeps ask for all of them): say so, go on.
+            println!("{{\"skipped\":true,\"d\":{d},\"s\":{s},\"tile\":\"{tile:?}\",\"why\":\"{e}\"}}");
+            continue;
+        }
         let (q_len, k_len, v_len, o_len) =
             (b * s * h * d, b * s * h * d, b * s * h * dv, b * s * h * dv);
         let set_bytes = 2 * (q_len + k_len + v_len + o_len);
@@ -110,8 +123,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         let iters = 60;
         let mut times = Vec::with_capacity(iters);
-        let start = ctx.new_event(None)?;
-        let end = ctx.new_event(None)?;
+        let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let start = ctx.new_event(timing)?;
+        let end = ctx.new_event(timing)?;
         for it in 0..iters {
             let (q, k, v, o) = &mut sets[it % copies];
             start.record(&stream)?;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench]      (default: all four)
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles]   (default: the first four)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/fa4gen-out}
@@ -23,7 +23,7 @@ for step in $steps; do
     ;;
   sass)
     echo "SASS of sm90 cubins: stem | HMMA | LDSM | LDGSTS | MUFU.EX2 | LDL | STL"
-    for f in .stage/generated/sm90/fwd.sm90.portable.bf16.d{64x64.m128n128,96x96.m128n64,128x128.m128n64,192x128.m128n64,256x256.m128n64}.q1.causal.lse.cubin; do
+    for f in .stage/generated/sm90/fwd.sm90.portable.bf16.d{64x64,96x96,128x128,192x128,256x256}.m128n64.q1.causal.lse.cubin; do
       cuobjdump --dump-sass "$f" > "$OUT/sass.tmp" 2>&1 || { echo "cuobjdump failed on $f"; status=1; continue; }
       c() { grep -c -E "$1" "$OUT/sass.tmp"; }
       echo "$(basename "$f" .cubin) | $(c 'HMMA') | $(c 'LDSM') | $(c 'LDGSTS') | $(c 'MUFU.EX2') | $(c '\bLDL') | $(c '\bSTL')"
@@ -44,6 +44,22 @@ for step in $steps; do
   bench)
     { .stage/bin/bench_fwd .stage/generated; python3 scripts/bench_sdpa.py; } > "$OUT/bench.jsonl" 2> "$OUT/bench.err" || status=1
     python3 scripts/bench_report.py "$OUT/bench.jsonl" | tee "$OUT/bench.md"
+    ;;
+  tiles)
+    # The tile sweep (plan `tiles`): which (tile_m, tile_n) the tile table should carry.
+    shapes=()
+    for d in ${TILE_DIMS:-64 128 256}; do for c in 0 1; do for t in 128,128 128,64 128,32 64,128 64,64; do
+      shapes+=("$d,4096,$c,$t"); done; done; done
+    .stage/bin/bench_fwd .stage/plans/tiles "${shapes[@]}" > "$OUT/tiles.jsonl" 2> "$OUT/tiles.err"
+    python3 - "$OUT/tiles.jsonl" <<'PY' | tee "$OUT/tiles.md"
+import json, sys
+print("| d | causal | tile | TFLOP/s | kernel |")
+print("|---|---|---|---|---|")
+for l in open(sys.argv[1]):
+    if l.startswith("{") and "tflops" in l:
+        r = json.loads(l)
+        print(f'| {r["d"]} | {r["causal"]} | {r["kernel"].split(".")[5]} | {r["tflops"]} | {r["kernel"]} |')
+PY
     ;;
   *) echo "unknown step $step"; status=2 ;;
   esac

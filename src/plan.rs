@@ -13,7 +13,7 @@ use crate::tiles;
 pub const DEFAULT_HEAD_DIMS: [(u32, u32); 5] =
     [(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)];
 
-pub const PLAN_NAMES: [&str; 1] = ["default"];
+pub const PLAN_NAMES: [&str; 2] = ["default", "tiles"];
 
 #[derive(Debug, thiserror::Error)]
 #[error("unknown plan `{0}` (known: {known})", known = PLAN_NAMES.join(", "))]
@@ -23,11 +23,41 @@ pub struct UnknownPlan(pub String);
 pub fn plan(name: &str, arch: Arch) -> Result<Vec<KernelSpec>, UnknownPlan> {
     let mut specs = match name {
         "default" => default_plan(arch),
+        "tiles" => tile_sweep(arch),
         other => return Err(UnknownPlan(other.to_string())),
     };
     specs.sort_by_key(|s| s.stem());
     specs.dedup();
     Ok(specs)
+}
+
+/// `tiles`: the tile candidates for tuning the tile table (bench with `Problem::tile_mn`):
+/// bf16, d 64/128/256 and 192/128, no mask and causal, no LSE, unpacked.
+fn tile_sweep(arch: Arch) -> Vec<KernelSpec> {
+    let mut out = Vec::new();
+    for (d, dv) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
+        for mask in [Mask::None, Mask::Causal] {
+            for (tile_m, tile_n) in [(128, 128), (128, 64), (128, 32), (64, 128), (64, 64)] {
+                let s = KernelSpec {
+                    arch,
+                    imp: crate::spec::Impl::Portable,
+                    dtype: DType::Bf16,
+                    d,
+                    dv,
+                    tile_m,
+                    tile_n,
+                    q_stage: 1,
+                    mask,
+                    lse: false,
+                    pack_gqa: false,
+                };
+                if s.can_implement().is_ok() {
+                    out.push(s);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn default_plan(arch: Arch) -> Vec<KernelSpec> {

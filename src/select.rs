@@ -46,23 +46,43 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
         _ => 1,
     };
     let (d, dv) = (p.head_dim as u32, p.head_dim_v as u32);
-    let spec = tiles::portable_spec(
-        arch,
-        p.dtype,
-        d,
-        dv,
-        q_stage,
-        v.mask,
-        p.return_lse,
-        pack_gqa,
-    )
-    .ok_or_else(|| {
-        Error::invalid(
-            "head_dim",
-            format!("{d}x{dv}"),
-            format!("head dims the {arch} portable kernel can tile"),
+    let spec = match p.tile_mn {
+        // The caller's tile (FA4's `tile_mn`), checked like any spec.
+        Some((tile_m, tile_n)) => {
+            let s = KernelSpec {
+                arch,
+                imp: crate::spec::Impl::Portable,
+                dtype: p.dtype,
+                d,
+                dv,
+                tile_m,
+                tile_n,
+                q_stage,
+                mask: v.mask,
+                lse: p.return_lse,
+                pack_gqa,
+            };
+            s.can_implement()?;
+            s
+        }
+        None => tiles::portable_spec(
+            arch,
+            p.dtype,
+            d,
+            dv,
+            q_stage,
+            v.mask,
+            p.return_lse,
+            pack_gqa,
         )
-    })?;
+        .ok_or_else(|| {
+            Error::invalid(
+                "head_dim",
+                format!("{d}x{dv}"),
+                format!("head dims the {arch} portable kernel can tile"),
+            )
+        })?,
+    };
     let m_blocks = rows.div_ceil(spec.block_m() as usize) as u32;
     let heads = if pack_gqa { p.heads_kv } else { p.heads } as u32;
     Ok(Selection {
@@ -133,6 +153,19 @@ mod tests {
             s.spec.stem(),
             "fwd.sm90.portable.fp16.d128x128.m128n64.q1.causal"
         );
+    }
+
+    #[test]
+    fn tile_override() {
+        let mut p = Problem::new(DType::Bf16, 1, 300, 300, 4, 4, 64, 64);
+        p.tile_mn = Some((64, 128));
+        let s = sel(&p, &H200);
+        assert_eq!((s.spec.tile_m, s.spec.tile_n, s.grid.0), (64, 128, 5));
+        p.tile_mn = Some((96, 64));
+        assert!(matches!(
+            select(&p, &p.validate().unwrap(), &H200),
+            Err(Error::Unsupported(_))
+        ));
     }
 
     #[test]

@@ -221,8 +221,9 @@ impl KernelSpec {
         let d_pad = round16(self.d);
         let dv_pad = round16(self.dv);
         // A warp owns 32 rows (two m16 fragments: each K/V fragment loaded from shared memory
-        // feeds two MMAs) unless the accumulators would not fit, then 16.
-        let warp_m = if d_pad.max(dv_pad) > 128 || self.tile_m < 128 {
+        // feeds two MMAs) unless its O accumulators would not fit (dv > 128), then 16. The qk
+        // dim does not count: Q and K fragments live one k step at a time.
+        let warp_m = if dv_pad > 128 || self.tile_m < 128 {
             16
         } else {
             32

@@ -5,13 +5,17 @@
 use crate::arch::Arch;
 use crate::spec::{DType, Impl, KernelSpec, Mask};
 
-/// Candidate tiles of the portable kernel, best first: 128x64 (a warp's 32 rows then hold O and
-/// S within 255 registers at every head dim up to 128, and 16-row warps do above), smaller
-/// fall-backs where a family's shared memory or registers cannot hold it (sm120 at d = 256,
-/// q_stage 2 at d > 128). FA2 and FA4-sm120 use 128x128 at d <= 64; here that tile spills
-/// (S alone is 128 registers a thread) in the local/pack-GQA variants.
-fn portable_candidates(_d: u32, _dv: u32) -> &'static [(u32, u32)] {
-    &[(128, 64), (64, 64), (64, 32)]
+/// Candidate tiles of the portable kernel, best first; later ones are fall-backs where a
+/// family's shared memory or registers cannot hold the first (sm120 at d = 256, q_stage 2 at
+/// d > 128). Measured on the H200 (bf16, S = 4096, B·S = 16k, H·d = 2048; docs/BENCHMARKS.md):
+/// d = 64: 128x128 310 TFLOP/s, 128x64 273, 64x128 252, 64x64 233, 128x32 180 (non-causal);
+/// above 64, 128x64 (the S and O accumulators of a 32-row warp fill 255 registers at d = 128).
+fn portable_candidates(d: u32, dv: u32) -> &'static [(u32, u32)] {
+    if d.max(dv) <= 64 {
+        &[(128, 128), (128, 64), (64, 64)]
+    } else {
+        &[(128, 64), (64, 64), (64, 32)]
+    }
 }
 
 /// The portable spec for a problem class on `arch`: the first candidate tile that the family can

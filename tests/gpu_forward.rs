@@ -185,7 +185,9 @@ fn run_case(
         let lse = stream.clone_dtoh(&dlse).map_err(|e| e.to_string())?;
         results.push((out_bits, lse));
     }
-    if results[0].0 != results[1].0 || (c.lse && results[0].1 != results[1].1) {
+    let lse_bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if results[0].0 != results[1].0 || (c.lse && lse_bits(&results[0].1) != lse_bits(&results[1].1))
+    {
         return Err("two runs on the same inputs differ: a race".into());
     }
     let (out_bits, lse) = &results[0];

@@ -5,9 +5,9 @@
 // loads, online softmax in registers. Valid on every family; FA4's sm120 design; the fallback.
 //
 // Warp roles (every warp computes; all threads share the loads):
-//   warps 0..7: each owns 16 rows of the CTA's 128-row Q block (1 Q tile(s) of 128 rows)
+//   warps 0..3: each owns 32 rows of the CTA's 128-row Q block (1 Q tile(s) of 128 rows)
 //              and runs S = Q K^T, the mask, the online softmax, O += P V and the epilogue for them
-//   all 256 threads: cp.async of the Q block once, then K and V tiles of 64 keys, alternating
+//   all 128 threads: cp.async of the Q block once, then K and V tiles of 64 keys, alternating
 //
 // Pipeline per K block (one K and one V buffer, FA2's interleave): the V load is in flight while
 // S = Q K^T and the softmax run; the next K load is in flight while O += P V runs.
@@ -33,7 +33,7 @@ constexpr bool kWriteLse = false;
 constexpr bool kPackGqa = false;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
-constexpr int kWarpM = 16;                      // rows per warp
+constexpr int kWarpM = 32;                      // rows per warp
 constexpr int kWarps = kBlockM / kWarpM;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMT = kWarpM / 16;                          // m16 fragments per warp
@@ -45,7 +45,7 @@ constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kBlockM * kQRow * 2;
 constexpr int kSmemV = kSmemK + kTileN * kKRow * 2;
 constexpr int kSmemBytes = kSmemV + kTileN * kVRow * 2;
-static_assert(kThreads == 256 && kSmemBytes == 94208, "layout differs from KernelSpec::geometry");
+static_assert(kThreads == 128 && kSmemBytes == 94208, "layout differs from KernelSpec::geometry");
 static_assert(sizeof(FwdParams) == 192 && __builtin_offsetof(FwdParams, group) == 172
               && __builtin_offsetof(FwdParams, scale_log2) == 184, "FwdParams differs from its Rust twin");
 

@@ -61,6 +61,9 @@ pub struct Problem {
     pub return_lse: bool,
     /// Fold the GQA group into M (`None`: fa4gen's default, see `select`).
     pub pack_gqa: Option<bool>,
+    /// Force `(tile_m, tile_n)` instead of the family's tile table (FA4's `tile_mn`), for
+    /// tuning; the library must hold that kernel.
+    pub tile_mn: Option<(u32, u32)>,
     pub q_strides: Strides,
     pub k_strides: Strides,
     pub v_strides: Strides,
@@ -94,6 +97,7 @@ impl Problem {
             window: (None, None),
             return_lse: false,
             pack_gqa: None,
+            tile_mn: None,
             q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),

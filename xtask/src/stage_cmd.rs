@@ -69,6 +69,19 @@ pub fn run(a: StageArgs) -> Result<(), String> {
         let dst = stage.join("generated").join(arch);
         copy_dir(&src, &dst)?;
     }
+    // Other plans' libraries (e.g. the `tiles` sweep) for the same families.
+    if let Ok(plans) = std::fs::read_dir(root.join("generated").join("plans")) {
+        for plan in plans.flatten() {
+            for arch in a.arch.split(',') {
+                let src = plan.path().join(arch);
+                if src.is_dir() {
+                    let dst = stage.join("plans").join(plan.file_name()).join(arch);
+                    std::fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
+                    copy_dir(&src, &dst)?;
+                }
+            }
+        }
+    }
     println!(
         "staged {n} binaries and kernels for {} in {}",
         a.arch,
