@@ -7,12 +7,18 @@ use crate::spec::{DType, Impl, KernelSpec, Mask};
 
 /// Candidate tiles of the portable kernel, best first; later ones are fall-backs where a
 /// family's shared memory or registers cannot hold the first (sm120 at d = 256, q_stage 2 at
-/// d > 128). Measured on the H200 (bf16, S = 4096, B·S = 16k, H·d = 2048; docs/BENCHMARKS.md):
-/// d = 64: 128x128 310 TFLOP/s, 128x64 273, 64x128 252, 64x64 233, 128x32 180 (non-causal);
-/// above 64, 128x64 (the S and O accumulators of a 32-row warp fill 255 registers at d = 128).
+/// dv > 128). Chosen by the `tiles` sweep on the H200 (bf16, S = 4096, B·S = 16k, H·d = 2048,
+/// TFLOP/s non-causal / causal; docs/BENCHMARKS.md):
+/// - d 64:      128x128 310/278, 128x64 273/259, 64x128 252/238, 64x64 233/241, 128x32 180/214
+/// - d 128:     128x64 347/302, 128x32 308/269, 64x128 278/259, 64x64 266/252
+/// - d 192/128: 128x64 334/293, 128x32 304/260, 64x128 264/249, 64x64 252/232
+/// - d 256:     64x64 287/265, 128x128 287/248, 128x64 264/232, 128x32 230/203, 64x128 215/161
+///   (64x64: 4 warps and 99 KB, so two CTAs share an SM and cover each other's barriers).
 fn portable_candidates(d: u32, dv: u32) -> &'static [(u32, u32)] {
     if d.max(dv) <= 64 {
         &[(128, 128), (128, 64), (64, 64)]
+    } else if dv > 128 {
+        &[(64, 64), (128, 64), (64, 32)]
     } else {
         &[(128, 64), (64, 64), (64, 32)]
     }
