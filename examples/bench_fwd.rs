@@ -70,7 +70,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         p.tile_mn = tile;
         if let Err(e) = fa.plan(&p) {
             // A tile the family cannot build (sweeps ask for all of them): say so, go on.
-            println!("{{\"skipped\":true,\"d\":{d},\"s\":{s},\"tile\":\"{tile:?}\",\"why\":\"{e}\"}}");
+            println!(
+                "{{\"skipped\":true,\"d\":{d},\"s\":{s},\"tile\":\"{tile:?}\",\"why\":\"{e}\"}}"
+            );
             continue;
         }
         let (q_len, k_len, v_len, o_len) =

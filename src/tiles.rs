@@ -14,9 +14,13 @@ use crate::spec::{DType, Impl, KernelSpec, Mask};
 /// - d 192/128: 128x64 334/293, 128x32 304/260, 64x128 264/249, 64x64 252/232
 /// - d 256:     64x64 287/265, 128x128 287/248, 128x64 264/232, 128x32 230/203, 64x128 215/161
 ///   (64x64: 4 warps and 99 KB, so two CTAs share an SM and cover each other's barriers).
-fn portable_candidates(d: u32, dv: u32) -> &'static [(u32, u32)] {
-    if d.max(dv) <= 64 {
+fn portable_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
+    if d.max(dv) <= 64 && mask != Mask::Local {
         &[(128, 128), (128, 64), (64, 64)]
+    } else if d.max(dv) <= 64 {
+        // Local windows visit few blocks; 128x128 spilled here (the window test per element
+        // needs registers the 128 S accumulators hold).
+        &[(128, 64), (64, 64)]
     } else if dv > 128 {
         &[(64, 64), (128, 64), (64, 32)]
     } else {
@@ -37,7 +41,7 @@ pub fn portable_spec(
     lse: bool,
     pack_gqa: bool,
 ) -> Option<KernelSpec> {
-    portable_candidates(d, dv)
+    portable_candidates(d, dv, mask)
         .iter()
         .find_map(|&(tile_m, tile_n)| {
             let spec = KernelSpec {
