@@ -162,26 +162,28 @@ pub fn run(a: GenArgs) -> Result<(), String> {
             &dir.join(fa4gen::manifest::FILE_NAME),
             manifest.to_json().as_bytes(),
         )?;
-        let spills: Vec<&str> = manifest
+        let mut spills: Vec<(u32, &str)> = manifest
             .kernels
             .iter()
-            .filter(|e| {
-                e.cubin.as_ref().and_then(|c| c.resources).is_some_and(|r| {
-                    r.spill_store_bytes + r.spill_load_bytes + r.stack_frame_bytes > 0
-                })
+            .filter_map(|e| {
+                let r = e.cubin.as_ref()?.resources?;
+                let bytes = r.spill_store_bytes + r.spill_load_bytes + r.stack_frame_bytes;
+                (bytes > 0).then_some((bytes, e.stem.as_str()))
             })
-            .map(|e| e.stem.as_str())
             .collect();
+        spills.sort();
         println!(
             "{arch}: {} kernels in {} ({} compiled, {} up to date){}",
             manifest.kernels.len(),
             dir.strip_prefix(&root).unwrap_or(&dir).display(),
             todo.len(),
             manifest.kernels.len() - todo.len(),
-            if spills.is_empty() {
-                String::new()
-            } else {
-                format!("; LOCAL MEMORY (spills/stack) in: {}", spills.join(", "))
+            match spills.last() {
+                None => "; no local memory".to_string(),
+                Some((bytes, stem)) => format!(
+                    "; {} use local memory (spills/stack; worst {stem}: {bytes} bytes; see manifest.json)",
+                    spills.len()
+                ),
             }
         );
     }
