@@ -17,6 +17,7 @@ pub mod tiles;
 
 pub use arch::Arch;
 pub use spec::{DType, Impl, KernelSpec, Mask, Unsupported};
+pub mod capi;
 pub mod reference;
 pub mod runtime;
 pub mod select;

@@ -28,6 +28,8 @@ pub enum Error {
         "no kernel {stem} in the library at {dir}: build it with `cargo xtask gen` in a plan that lists it"
     )]
     KernelMissing { stem: String, dir: String },
+    #[error("{feature} is not built yet in fa4gen (tracked in issue {issue})")]
+    NotBuilt { feature: &'static str, issue: u32 },
     #[error("this problem needs a kernel fa4gen cannot build: {0}")]
     Unsupported(#[from] crate::spec::Unsupported),
     #[error("kernel library: {0}")]

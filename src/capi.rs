@@ -1,0 +1,458 @@
+//! The C ABI of `include/fa4gen.h`. Every entry point catches panics (`catch_unwind`) and
+//! turns every error into a status code plus a thread-local message; nothing unwinds across
+//! the boundary and no pointer is dereferenced before it is checked for null.
+
+use crate::runtime::{Error, FlashAttention, Problem, RawPtrs, Strides};
+use crate::spec::DType;
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+pub const ABI_VERSION: u32 = 1;
+pub const WINDOW_NONE: i64 = i64::MIN;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    Ok = 0,
+    InvalidArgument = 1,
+    Unsupported = 2,
+    KernelMissing = 3,
+    Library = 4,
+    Cuda = 5,
+    NoDevice = 6,
+    Internal = 99,
+}
+
+/// Mirrors `fa4gen_problem` in include/fa4gen.h.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CProblem {
+    pub dtype: i32,
+    pub batch: i64,
+    pub seqlen_q: i64,
+    pub seqlen_k: i64,
+    pub heads: i64,
+    pub heads_kv: i64,
+    pub head_dim: i64,
+    pub head_dim_v: i64,
+    pub q_strides: [i64; 3],
+    pub k_strides: [i64; 3],
+    pub v_strides: [i64; 3],
+    pub o_strides: [i64; 3],
+    pub softmax_scale: f32,
+    pub causal: i32,
+    pub window_left: i64,
+    pub window_right: i64,
+    pub return_lse: i32,
+    pub pack_gqa: i32,
+    pub num_splits: i32,
+}
+
+pub struct Handle {
+    fa: FlashAttention,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+fn status_of(e: &Error) -> Status {
+    match e {
+        Error::Invalid { .. } => Status::InvalidArgument,
+        Error::Unsupported(_) | Error::NotBuilt { .. } => Status::Unsupported,
+        Error::KernelMissing { .. } => Status::KernelMissing,
+        Error::Manifest(_) | Error::Cubin { .. } | Error::ArchMismatch { .. } => Status::Library,
+        Error::Driver { .. } => Status::Cuda,
+        Error::NoDriver | Error::UnsupportedDevice { .. } => Status::NoDevice,
+    }
+}
+
+/// Run `f`, catching panics; map its error to a status and record the message.
+fn guard(f: impl FnOnce() -> Result<(), Error>) -> Status {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {
+            set_error("");
+            Status::Ok
+        }
+        Ok(Err(e)) => {
+            set_error(&e.to_string());
+            status_of(&e)
+        }
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            set_error(&format!("internal error (please report): {what}"));
+            Status::Internal
+        }
+    }
+}
+
+fn invalid(field: &'static str, value: impl std::fmt::Display, expected: &str) -> Error {
+    Error::Invalid {
+        field,
+        value: value.to_string(),
+        expected: expected.to_string(),
+    }
+}
+
+fn nonneg(field: &'static str, v: i64) -> Result<usize, Error> {
+    usize::try_from(v).map_err(|_| invalid(field, v, "a non-negative value"))
+}
+
+/// Convert the C problem to a `Problem` (range checks here; the rest in `Problem::validate`).
+pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
+    let dtype = match c.dtype {
+        0 => DType::Bf16,
+        1 => DType::Fp16,
+        d => return Err(invalid("dtype", d, "FA4GEN_BF16 (0) or FA4GEN_FP16 (1)")),
+    };
+    // Stride values are checked by Problem::validate, which names the tensor.
+    let strides = |s: [i64; 3]| Strides {
+        batch: s[0],
+        row: s[1],
+        head: s[2],
+    };
+    let bool_field = |field: &'static str, v: i32| match v {
+        0 => Ok(false),
+        1 => Ok(true),
+        _ => Err(invalid(field, v, "0 or 1")),
+    };
+    let window = |w: i64| (w != WINDOW_NONE).then_some(w);
+    if c.num_splits > 1 {
+        return Err(Error::NotBuilt {
+            feature: "split-KV (num_splits > 1)",
+            issue: 6,
+        });
+    }
+    let p = Problem {
+        dtype,
+        batch: nonneg("batch", c.batch)?,
+        seqlen_q: nonneg("seqlen_q", c.seqlen_q)?,
+        seqlen_k: nonneg("seqlen_k", c.seqlen_k)?,
+        heads: nonneg("heads", c.heads)?,
+        heads_kv: nonneg("heads_kv", c.heads_kv)?,
+        head_dim: nonneg("head_dim", c.head_dim)?,
+        head_dim_v: nonneg("head_dim_v", c.head_dim_v)?,
+        softmax_scale: (c.softmax_scale > 0.0 || c.softmax_scale.is_nan())
+            .then_some(c.softmax_scale),
+        causal: bool_field("causal", c.causal)?,
+        window: (window(c.window_left), window(c.window_right)),
+        return_lse: bool_field("return_lse", c.return_lse)?,
+        pack_gqa: match c.pack_gqa {
+            -1 => None,
+            0 => Some(false),
+            1 => Some(true),
+            v => return Err(invalid("pack_gqa", v, "-1 (default), 0 or 1")),
+        },
+        tile_mn: None,
+        q_strides: strides(c.q_strides),
+        k_strides: strides(c.k_strides),
+        v_strides: strides(c.v_strides),
+        o_strides: strides(c.o_strides),
+    };
+    Ok(p)
+}
+
+fn problem_ref<'a>(p: *const CProblem) -> Result<&'a CProblem, Error> {
+    // SAFETY: checked non-null; the caller promises it points at a fa4gen_problem.
+    unsafe { p.as_ref() }
+        .ok_or_else(|| invalid("problem", "NULL", "a pointer to an fa4gen_problem"))
+}
+
+fn handle_ref<'a>(h: *const Handle) -> Result<&'a Handle, Error> {
+    // SAFETY: checked non-null; the caller promises it came from fa4gen_open and is not closed.
+    unsafe { h.as_ref() }.ok_or_else(|| invalid("handle", "NULL", "a handle from fa4gen_open"))
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn fa4gen_abi_version() -> u32 {
+    ABI_VERSION
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn fa4gen_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// # Safety
+/// `p` must be null or point at writable memory for an `fa4gen_problem`.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fa4gen_problem_init(
+    p: *mut CProblem,
+    dtype: i32,
+    batch: i64,
+    seqlen_q: i64,
+    seqlen_k: i64,
+    heads: i64,
+    heads_kv: i64,
+    head_dim: i64,
+    head_dim_v: i64,
+) {
+    // SAFETY: null is ignored; otherwise the caller provides a writable fa4gen_problem.
+    let Some(p) = (unsafe { p.as_mut() }) else {
+        return;
+    };
+    let contiguous = |s: i64, h: i64, d: i64| [s * h * d, h * d, d];
+    *p = CProblem {
+        dtype,
+        batch,
+        seqlen_q,
+        seqlen_k,
+        heads,
+        heads_kv,
+        head_dim,
+        head_dim_v,
+        q_strides: contiguous(seqlen_q, heads, head_dim),
+        k_strides: contiguous(seqlen_k, heads_kv, head_dim),
+        v_strides: contiguous(seqlen_k, heads_kv, head_dim_v),
+        o_strides: contiguous(seqlen_q, heads, head_dim_v),
+        softmax_scale: 0.0,
+        causal: 0,
+        window_left: WINDOW_NONE,
+        window_right: WINDOW_NONE,
+        return_lse: 0,
+        pack_gqa: -1,
+        num_splits: 1,
+    };
+}
+
+/// # Safety
+/// `root` must be null or a NUL-terminated string; `out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_open(
+    root: *const c_char,
+    device: i32,
+    out: *mut *mut Handle,
+) -> Status {
+    guard(|| {
+        if out.is_null() {
+            return Err(invalid("out", "NULL", "a pointer to receive the handle"));
+        }
+        if root.is_null() {
+            return Err(invalid(
+                "kernels_root",
+                "NULL",
+                "a path to generated/ (one folder per arch)",
+            ));
+        }
+        // SAFETY: non-null, NUL-terminated per the contract.
+        let root = unsafe { CStr::from_ptr(root) }
+            .to_str()
+            .map_err(|_| invalid("kernels_root", "non-UTF-8 bytes", "a UTF-8 path"))?;
+        let ordinal = usize::try_from(device)
+            .map_err(|_| invalid("device", device, "a device ordinal >= 0"))?;
+        let ctx = crate::runtime::context(ordinal)?;
+        let fa = FlashAttention::from_root(ctx, root)?;
+        let h = Box::into_raw(Box::new(Handle { fa }));
+        // SAFETY: out is non-null and writable per the contract.
+        unsafe { *out = h };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `h` must be null or a handle from `fa4gen_open` not yet closed.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_close(h: *mut Handle) {
+    if !h.is_null() {
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: created by Box::into_raw in fa4gen_open; closed once per the contract.
+            drop(unsafe { Box::from_raw(h) });
+        }));
+    }
+}
+
+/// # Safety
+/// `h` and `p` must be null or valid (see the header).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_supports(h: *const Handle, p: *const CProblem) -> Status {
+    guard(|| {
+        let h = handle_ref(h)?;
+        let problem = to_problem(problem_ref(p)?)?;
+        let (_, sel) = h.fa.plan(&problem)?;
+        if h.fa.library().entry(&sel.spec.stem()).is_none() {
+            return Err(Error::KernelMissing {
+                stem: sel.spec.stem(),
+                dir: h.fa.library().dir().display().to_string(),
+            });
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `h`, `p` must be null or valid; `buf` null or writable for `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_kernel_name(
+    h: *const Handle,
+    p: *const CProblem,
+    buf: *mut c_char,
+    len: u64,
+) -> Status {
+    guard(|| {
+        let h = handle_ref(h)?;
+        let problem = to_problem(problem_ref(p)?)?;
+        if buf.is_null() || len == 0 {
+            return Err(invalid(
+                "buf",
+                "NULL or empty",
+                "a buffer of at least 1 byte",
+            ));
+        }
+        let (_, sel) = h.fa.plan(&problem)?;
+        let stem = sel.spec.stem();
+        let n = stem.len().min(len as usize - 1);
+        // SAFETY: buf holds len bytes; we write n + 1 <= len.
+        unsafe {
+            std::ptr::copy_nonoverlapping(stem.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// See `fa4gen_forward` in include/fa4gen.h: device pointers of the handle's device holding
+/// the problem's extents, live until the stream's work completes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fa4gen_forward(
+    h: *mut Handle,
+    p: *const CProblem,
+    q: *const c_void,
+    k: *const c_void,
+    v: *const c_void,
+    out: *mut c_void,
+    lse: *mut f32,
+    stream: *mut c_void,
+) -> Status {
+    guard(|| {
+        let h = handle_ref(h)?;
+        let problem = to_problem(problem_ref(p)?)?;
+        let ptrs = RawPtrs {
+            q: q as u64,
+            k: k as u64,
+            v: v as u64,
+            o: out as u64,
+            lse: lse as u64,
+        };
+        // SAFETY: per the contract; forward_raw checks nulls and alignment before launching.
+        unsafe {
+            h.fa.forward_raw(stream as cudarc::driver::sys::CUstream, &problem, ptrs)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn init() -> CProblem {
+        let mut p = std::mem::MaybeUninit::<CProblem>::uninit();
+        // SAFETY: writes a whole CProblem.
+        unsafe {
+            fa4gen_problem_init(p.as_mut_ptr(), 0, 2, 100, 200, 8, 2, 128, 128);
+            p.assume_init()
+        }
+    }
+
+    fn last_error() -> String {
+        // SAFETY: a valid NUL-terminated thread-local string.
+        unsafe { CStr::from_ptr(fa4gen_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn problem_init_is_contiguous_and_valid() {
+        let c = init();
+        let p = to_problem(&c).unwrap();
+        assert_eq!(p, Problem::new(DType::Bf16, 2, 100, 200, 8, 2, 128, 128));
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        type Mutation = fn(&mut CProblem);
+        let cases: Vec<(Mutation, &str)> = vec![
+            (|p| p.dtype = 7, "dtype"),
+            (|p| p.batch = -1, "batch"),
+            (|p| p.causal = 2, "causal"),
+            (|p| p.return_lse = -1, "return_lse"),
+            (|p| p.pack_gqa = 5, "pack_gqa"),
+            (|p| p.head_dim = -8, "head_dim"),
+        ];
+        for (mutate, field) in cases {
+            let mut c = init();
+            mutate(&mut c);
+            match to_problem(&c) {
+                Err(Error::Invalid { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        let mut c = init();
+        c.num_splits = 3;
+        assert!(matches!(to_problem(&c), Err(Error::NotBuilt { .. })));
+    }
+
+    #[test]
+    fn null_pointers_give_status_and_message() {
+        let c = init();
+        // SAFETY: exercising the null checks.
+        unsafe {
+            assert_eq!(
+                fa4gen_supports(std::ptr::null(), &c),
+                Status::InvalidArgument
+            );
+            assert!(last_error().contains("handle"), "{}", last_error());
+            let mut h = std::ptr::null_mut();
+            assert_eq!(
+                fa4gen_open(std::ptr::null(), 0, &mut h),
+                Status::InvalidArgument
+            );
+            assert!(last_error().contains("kernels_root"));
+            assert_eq!(
+                fa4gen_open(c"generated".as_ptr(), 0, std::ptr::null_mut()),
+                Status::InvalidArgument
+            );
+            assert_eq!(
+                fa4gen_open(c"generated".as_ptr(), -1, &mut h),
+                Status::InvalidArgument
+            );
+            assert_eq!(
+                fa4gen_forward(
+                    std::ptr::null_mut(),
+                    &c,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut()
+                ),
+                Status::InvalidArgument
+            );
+            fa4gen_close(std::ptr::null_mut());
+            fa4gen_problem_init(std::ptr::null_mut(), 0, 1, 1, 1, 1, 1, 8, 8);
+        }
+        assert_eq!(fa4gen_abi_version(), 1);
+    }
+
+    #[test]
+    fn panics_do_not_cross() {
+        assert_eq!(guard(|| panic!("boom")), Status::Internal);
+        assert!(last_error().contains("boom"));
+        assert_eq!(guard(|| Ok(())), Status::Ok);
+        assert_eq!(last_error(), "");
+    }
+}
