@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles]   (default: the first four)
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles] [capi] [dropin] [dropin-bench]
+#   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
 OUT=${OUT:-/tmp/fa4gen-out}
 mkdir -p "$OUT"
 export FA4GEN_KERNELS=.stage/generated
-steps=${*:-test sass sanitize bench}
+steps=${*:-test sass sanitize bench capi dropin dropin-bench}
 status=0
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -60,6 +61,23 @@ for l in open(sys.argv[1]):
         r = json.loads(l)
         print(f'| {r["d"]} | {r["causal"]} | {r["kernel"].split(".")[5]} | {r["tflops"]} | {r["kernel"]} |')
 PY
+    ;;
+  capi)
+    nvcc -o "$OUT/capi_test" tests/capi/capi_test.c -Iinclude -L.stage/lib -lfa4gen -Xlinker -rpath=.stage/lib > "$OUT/capi-build.log" 2>&1 \
+      || { echo "capi_test build failed"; cat "$OUT/capi-build.log"; status=1; continue; }
+    "$OUT/capi_test" .stage/generated 2>&1 | tee "$OUT/capi.log" | tail -4
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    rm -f "$OUT/capi_test"
+    ;;
+  dropin)
+    export FA4GEN_LIB=.stage/lib/libfa4gen.so
+    python3 python/tests/test_dropin.py "${DROPIN_CASES:-240}" 2>&1 | tee "$OUT/dropin.log" | grep -E "drop-in|FAIL" | head -40
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    ;;
+  dropin-bench)
+    export FA4GEN_LIB=.stage/lib/libfa4gen.so
+    python3 python/tests/bench_dropin.py 2>&1 | grep -v Warning | tee "$OUT/dropin-bench.jsonl"
+    .stage/bin/cold_start .stage/generated | tee "$OUT/cold-start.json"
     ;;
   *) echo "unknown step $step"; status=2 ;;
   esac

@@ -27,7 +27,7 @@ pub fn run(a: StageArgs) -> Result<(), String> {
     // programs (built by `cargo build`: under `cargo test` they would be test harnesses).
     for args in [
         &["test", "--release", "--no-run", "--lib", "--tests"][..],
-        &["build", "--release", "--examples"][..],
+        &["build", "--release", "--lib", "--examples"][..],
     ] {
         let out = Command::new(&cargo)
             .current_dir(&root)
@@ -52,6 +52,11 @@ pub fn run(a: StageArgs) -> Result<(), String> {
             n += 1;
         }
     }
+    // The C ABI library, for the C test and the Python package.
+    let lib = stage.join("lib");
+    std::fs::create_dir_all(&lib).map_err(|e| e.to_string())?;
+    let so = root.join("target/release/libfa4gen.so");
+    std::fs::copy(&so, lib.join("libfa4gen.so")).map_err(|e| format!("{}: {e}", so.display()))?;
     // Every family's manifest (tests open other families' libraries to check refusals), and
     // the cubins of the families asked for.
     for arch in fa4gen::Arch::ALL {
