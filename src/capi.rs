@@ -67,7 +67,10 @@ fn status_of(e: &Error) -> Status {
         Error::Invalid { .. } => Status::InvalidArgument,
         Error::Unsupported(_) | Error::NotBuilt { .. } => Status::Unsupported,
         Error::KernelMissing { .. } => Status::KernelMissing,
-        Error::Manifest(_) | Error::Cubin { .. } | Error::ArchMismatch { .. } => Status::Library,
+        Error::Library { .. }
+        | Error::Manifest(_)
+        | Error::Cubin { .. }
+        | Error::ArchMismatch { .. } => Status::Library,
         Error::Driver { .. } => Status::Cuda,
         Error::NoDriver | Error::UnsupportedDevice { .. } => Status::NoDevice,
     }

@@ -155,6 +155,75 @@ mod tests {
         );
     }
 
+    /// vLLM's FA4 warm-up probes (fa4_cutedsl_config.py): (Sq, Sk) for batch 1 and 2, causal x
+    /// LSE, on each family, for DeepSeek MLA prefill (d 192/128, 128 heads, MHA). Every
+    /// selected kernel must be in that family's default plan, i.e. shipped.
+    #[test]
+    fn vllm_probe_table() {
+        let probes = [(1, 128), (32, 128), (129, 512), (512, 4096), (1024, 8192)];
+        let devices = [
+            (H200, "sm90"),
+            (B200, "sm100f"),
+            (
+                DeviceInfo {
+                    major: 12,
+                    minor: 0,
+                    sm_count: 84,
+                },
+                "sm120",
+            ),
+        ];
+        let mut seen = 0;
+        for (dev, fam) in devices {
+            let plan = crate::plan::plan("default", dev.arch().unwrap()).unwrap();
+            for (sq, sk) in probes {
+                for b in [1, 2] {
+                    for causal in [false, true] {
+                        for lse in [false, true] {
+                            let mut p = Problem::new(DType::Bf16, b, sq, sk, 128, 128, 192, 128);
+                            p.causal = causal;
+                            p.return_lse = lse;
+                            let s = sel(&p, &dev);
+                            let q = if fam == "sm100f" && sq > 128 { 2 } else { 1 };
+                            let want = format!(
+                                "fwd.{fam}.portable.bf16.d192x128.m128n64.q{q}{}{}",
+                                if causal { ".causal" } else { "" },
+                                if lse { ".lse" } else { "" }
+                            );
+                            assert_eq!(s.spec.stem(), want);
+                            assert_eq!(s.grid, ((sq as u32).div_ceil(128 * q), 128, b as u32));
+                            assert!(plan.contains(&s.spec), "{want} is not in the {fam} plan");
+                            seen += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(seen, 3 * 5 * 2 * 2 * 2);
+    }
+
+    /// Selection (validate + select) must cost well under a microsecond: it runs per call.
+    #[test]
+    fn selection_latency() {
+        let mut p = Problem::new(DType::Bf16, 4, 4096, 4096, 32, 8, 128, 128);
+        p.causal = true;
+        let n = 200_000;
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            let mut acc = 0u32;
+            for _ in 0..n {
+                let pp = std::hint::black_box(&p);
+                let v = pp.validate().unwrap();
+                acc = acc.wrapping_add(select(pp, &v, &H200).unwrap().grid.0);
+            }
+            std::hint::black_box(acc);
+            best = best.min(t.elapsed().as_nanos() as f64 / n as f64);
+        }
+        println!("validate + select: {best:.0} ns per call");
+        assert!(best < 1000.0, "selection takes {best:.0} ns");
+    }
+
     #[test]
     fn tile_override() {
         let mut p = Problem::new(DType::Bf16, 1, 300, 300, 4, 4, 64, 64);

@@ -28,6 +28,8 @@ pub struct FlashAttention {
     ctx: Arc<CudaContext>,
     device: DeviceInfo,
     cache: Mutex<HashMap<KernelSpec, Arc<Loaded>>>,
+    #[cfg(feature = "jit")]
+    jit: Option<super::jit::Jit>,
 }
 
 /// Device pointers of one call (`CUdeviceptr`s); `lse` may be 0 when not requested.
@@ -68,7 +70,16 @@ impl FlashAttention {
             ctx,
             device,
             cache: Mutex::new(HashMap::new()),
+            #[cfg(feature = "jit")]
+            jit: None,
         })
+    }
+
+    /// Compile kernels the library lacks at first use, caching them on disk (`jit` feature).
+    #[cfg(feature = "jit")]
+    pub fn with_jit(mut self, jit: super::jit::Jit) -> FlashAttention {
+        self.jit = Some(jit);
+        self
     }
 
     /// Open the library for the device of `ctx` under a `generated/`-style root
@@ -101,8 +112,28 @@ impl FlashAttention {
     /// Whether the library can run this problem (validation and selection pass and the
     /// selected kernel was built). Lets an engine fall back before calling.
     pub fn has_kernel(&self, problem: &Problem) -> bool {
+        #[cfg(feature = "jit")]
+        if self.jit.is_some() {
+            return self.plan(problem).is_ok();
+        }
         self.plan(problem)
             .is_ok_and(|(_, s)| self.lib.entry(&s.spec.stem()).is_some())
+    }
+
+    /// The cubin, symbol, threads and shared memory of a spec: from the library, or compiled
+    /// by the jit when the library lacks it and jit is on.
+    fn find(&self, spec: &KernelSpec) -> Result<(Vec<u8>, String, u32, u32), Error> {
+        if let Some(entry) = self.lib.entry(&spec.stem()) {
+            let cubin = self.lib.read_cubin(entry)?;
+            return Ok((cubin, entry.symbol.clone(), entry.threads, entry.smem_bytes));
+        }
+        #[cfg(feature = "jit")]
+        if let Some(jit) = &self.jit {
+            let k = jit.cubin(spec)?;
+            let g = spec.geometry();
+            return Ok((k.cubin, spec.symbol(), g.threads, g.smem_bytes));
+        }
+        Err(Error::missing(spec, self.lib.dir()))
     }
 
     fn load(&self, spec: &KernelSpec) -> Result<Arc<Loaded>, Error> {
@@ -110,28 +141,21 @@ impl FlashAttention {
         if let Some(k) = cache.get(spec) {
             return Ok(k.clone());
         }
-        let stem = spec.stem();
-        let entry = self
-            .lib
-            .entry(&stem)
-            .ok_or_else(|| Error::missing(spec, self.lib.dir()))?;
-        let cubin = self.lib.read_cubin(entry)?;
+        let (cubin, symbol, threads, smem_bytes) = self.find(spec)?;
         let module = self
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .call("cuModuleLoadData")?;
-        let func = module
-            .load_function(&entry.symbol)
-            .call("cuModuleGetFunction")?;
+        let func = module.load_function(&symbol).call("cuModuleGetFunction")?;
         func.set_attribute(
             sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            entry.smem_bytes as i32,
+            smem_bytes as i32,
         )
         .call("cuFuncSetAttribute")?;
         let k = Arc::new(Loaded {
             func,
-            threads: entry.threads,
-            smem_bytes: entry.smem_bytes,
+            threads,
+            smem_bytes,
         });
         cache.insert(*spec, k.clone());
         Ok(k)

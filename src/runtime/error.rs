@@ -32,6 +32,8 @@ pub enum Error {
     NotBuilt { feature: &'static str, issue: u32 },
     #[error("this problem needs a kernel fa4gen cannot build: {0}")]
     Unsupported(#[from] crate::spec::Unsupported),
+    #[error("kernel library {dir}: {why}")]
+    Library { dir: String, why: String },
     #[error("kernel library: {0}")]
     Manifest(#[from] crate::manifest::ManifestError),
     #[error("cubin {path}: {why}")]

@@ -2,6 +2,8 @@
 
 mod attention;
 mod error;
+#[cfg(feature = "jit")]
+pub mod jit;
 mod library;
 mod problem;
 
