@@ -6,7 +6,11 @@
 //!   tiny problem, without syncs in the timed loop;
 //! - selection alone (validate + select), per call.
 //!
-//! usage: cold_start <kernels root>
+//! - with `--jit` (built with the `jit` feature): the same for a key no plan ships (tile 64x128),
+//!   compiled by NVRTC at first use into a fresh cache, then loaded from that cache by a new
+//!   handle (what a second process sees).
+//!
+//! usage: cold_start <kernels root> [--jit]
 
 use fa4gen::DType;
 use fa4gen::reference::{self, RefProblem};
@@ -91,6 +95,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::hint::black_box(acc);
 
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    if std::env::args().any(|a| a == "--jit") {
+        jit(&ctx, &root, &p, (&dq, &dk, &dv), &out)?;
+    }
     println!(
         "{{\"cold_start\":{{\"context_ms\":{:.1},\"inputs_ms\":{:.2},\"open_library_ms\":{:.3},\"first_result_ms\":{:.3},\"after_context_ms\":{:.2},\"process_to_first_result_ms\":{:.1},\"kernel\":\"{}\",\"err_over_bound\":{:.3}}},\"host_us_per_forward\":{:.2},\"plan_ns_per_call\":{:.0}}}",
         ms(t_ctx),
@@ -105,4 +112,64 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         sel_ns
     );
     Ok(())
+}
+
+/// Run `p` on a tile no plan ships through a fresh jit cache: first use compiles, a second
+/// handle on the same cache loads; both results must equal the planned kernel's `want`.
+#[cfg(feature = "jit")]
+fn jit(
+    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    root: &str,
+    p: &Problem,
+    (q, k, v): (
+        &cudarc::driver::CudaSlice<u16>,
+        &cudarc::driver::CudaSlice<u16>,
+        &cudarc::driver::CudaSlice<u16>,
+    ),
+    want: &[f32],
+) -> Result<(), Box<dyn std::error::Error>> {
+    use fa4gen::runtime::jit::Jit;
+    let stream = ctx.default_stream();
+    let cache = std::env::temp_dir().join(format!("fa4gen-jit-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let mut pj = p.clone();
+    pj.tile_mn = Some((64, 128));
+    let mut times = Vec::new();
+    for _ in 0..2 {
+        let t = Instant::now();
+        let fa = FlashAttention::from_root(ctx.clone(), root)?.with_jit(Jit::new(&cache));
+        let mut out = stream.alloc_zeros::<u16>(want.len())?;
+        fa.forward(&stream, &pj, q, k, v, &mut out, None)?;
+        let got = reference::decode(DType::Bf16, &stream.clone_dtoh(&out)?);
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        let diff = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        if diff > 1e-2 {
+            return Err(format!("jit kernel differs from the planned one by {diff}").into());
+        }
+        println!(
+            "{{\"jit\":{{\"kernel\":\"{}\",\"first_result_ms\":{:.1}}}}}",
+            fa.plan(&pj)?.1.spec.stem(),
+            times.last().unwrap_or(&0.0)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "jit"))]
+fn jit(
+    _: &std::sync::Arc<cudarc::driver::CudaContext>,
+    _: &str,
+    _: &Problem,
+    _: (
+        &cudarc::driver::CudaSlice<u16>,
+        &cudarc::driver::CudaSlice<u16>,
+        &cudarc::driver::CudaSlice<u16>,
+    ),
+    _: &[f32],
+) -> Result<(), Box<dyn std::error::Error>> {
+    Err("built without the `jit` feature".into())
 }

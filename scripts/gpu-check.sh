@@ -77,7 +77,9 @@ PY
   dropin-bench)
     export FA4GEN_LIB=.stage/lib/libfa4gen.so
     python3 python/tests/bench_dropin.py 2>&1 | grep -v Warning | tee "$OUT/dropin-bench.jsonl"
-    .stage/bin/cold_start .stage/generated | tee "$OUT/cold-start.json"
+    # NVRTC for the jit check: the image's PyPI wheel (13.x) unless FA4GEN_NVRTC is set.
+    export FA4GEN_NVRTC=${FA4GEN_NVRTC:-$(python3 -c 'import nvidia.cu13, os; print(os.path.join(nvidia.cu13.__path__[0], "lib"))' 2>/dev/null)}
+    .stage/bin/cold_start .stage/generated --jit | tee "$OUT/cold-start.json"
     ;;
   *) echo "unknown step $step"; status=2 ;;
   esac

@@ -27,7 +27,14 @@ pub fn run(a: StageArgs) -> Result<(), String> {
     // programs (built by `cargo build`: under `cargo test` they would be test harnesses).
     for args in [
         &["test", "--release", "--no-run", "--lib", "--tests"][..],
-        &["build", "--release", "--lib", "--examples"][..],
+        &[
+            "build",
+            "--release",
+            "--lib",
+            "--examples",
+            "--features",
+            "jit",
+        ][..],
     ] {
         let out = Command::new(&cargo)
             .current_dir(&root)
