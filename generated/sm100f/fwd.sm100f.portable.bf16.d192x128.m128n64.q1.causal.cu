@@ -46,8 +46,13 @@ constexpr int kSmemK = kSmemQ + kBlockM * kQRow * 2;
 constexpr int kSmemV = kSmemK + kTileN * kKRow * 2;
 constexpr int kSmemBytes = kSmemV + kTileN * kVRow * 2;
 static_assert(kThreads == 128 && kSmemBytes == 94208, "layout differs from KernelSpec::geometry");
-static_assert(sizeof(FwdParams) == 192 && __builtin_offsetof(FwdParams, group) == 172
-              && __builtin_offsetof(FwdParams, scale_log2) == 184, "FwdParams differs from its Rust twin");
+static_assert(sizeof(FwdParams) == 192, "FwdParams differs from its Rust twin");
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_offsetof)  // NVRTC 13.5 has it, 13.0 does not
+static_assert(__builtin_offsetof(FwdParams, group) == 172 &&
+              __builtin_offsetof(FwdParams, scale_log2) == 184, "FwdParams differs from its Rust twin");
+#endif
+#endif
 
 // S = Q K^T for this warp's rows: s[mt][nt] is the m16n8 accumulator of rows mt*16.., keys nt*8..
 FA4_DEVICE void gemm_qk(float (&s)[kMT][kNT][4], u32 q_tile, u32 k_tile, const LdmatrixLane<kQRow>& ql,
