@@ -2,7 +2,9 @@
 //!
 //! gen    render a plan into generated/<arch>/ and compile every kernel to a cubin with NVRTC
 //! stage  build the test binaries and copy them with the cubins into .stage/ for the H200
+//! bench  stage, then run the benchmark steps of scripts/gpu-check.sh (here if there is a GPU)
 
+mod bench_cmd;
 mod gen_cmd;
 mod stage_cmd;
 
@@ -23,6 +25,8 @@ enum Cmd {
     Gen(gen_cmd::GenArgs),
     /// Build release test binaries and stage them, the cubins and scripts in .stage/ for a GPU host.
     Stage(stage_cmd::StageArgs),
+    /// Stage, then run the benchmark (here with a GPU, else print the command for the GPU host).
+    Bench(bench_cmd::BenchArgs),
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Gen(a) => gen_cmd::run(a),
         Cmd::Stage(a) => stage_cmd::run(a),
+        Cmd::Bench(a) => bench_cmd::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,14 @@ pub struct StageArgs {
     arch: String,
 }
 
+impl Default for StageArgs {
+    fn default() -> StageArgs {
+        StageArgs {
+            arch: "sm90".into(),
+        }
+    }
+}
+
 pub fn run(a: StageArgs) -> Result<(), String> {
     let root = crate::root();
     let stage = root.join(".stage");
