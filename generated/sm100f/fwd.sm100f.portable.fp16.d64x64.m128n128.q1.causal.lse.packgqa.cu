@@ -57,12 +57,7 @@ static_assert(__builtin_offsetof(FwdParams, group) == 172 &&
 // S = Q K^T for this warp's rows: s[mt][nt] is the m16n8 accumulator of rows mt*16.., keys nt*8..
 FA4_DEVICE void gemm_qk(float (&s)[kMT][kNT][4], u32 q_tile, u32 k_tile, const LdmatrixLane<kQRow>& ql,
                         const LdmatrixLane<kKRow>& kl) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+  zero_accumulators(s);
 #pragma unroll
   for (int kk = 0; kk < kDPad / 16; ++kk) {
     u32 a[kMT][4];
@@ -181,12 +176,7 @@ fa4gen_fwd_sm100f_portable_fp16_d64x64_m128n128_q1_causal_lse_packgqa(const __gr
   const LdmatrixLane<kVRow> vl(lane);
 
   float o[kMT][kDvT][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDvT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+  zero_accumulators(o);
   OnlineSoftmax<kMT, kNT> softmax;
   softmax.init();
 

@@ -42,4 +42,15 @@ FA4_DEVICE void mma_m16n8k16(float (&c)[4], const u32 (&a)[4], u32 b0, u32 b1) {
   MmaM16N8K16<T>::run(c, a, b0, b1);
 }
 
+// Zero a warp's grid of m16n8 accumulators ([M fragments][N tiles][4 floats]).
+template <int M, int N>
+FA4_DEVICE void zero_accumulators(float (&c)[M][N][4]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[m][n][e] = 0.f;
+}
+
 }  // namespace fa4

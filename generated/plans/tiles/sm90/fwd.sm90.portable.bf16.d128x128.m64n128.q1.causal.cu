@@ -46,18 +46,18 @@ constexpr int kSmemK = kSmemQ + kBlockM * kQRow * 2;
 constexpr int kSmemV = kSmemK + kTileN * kKRow * 2;
 constexpr int kSmemBytes = kSmemV + kTileN * kVRow * 2;
 static_assert(kThreads == 128 && kSmemBytes == 87040, "layout differs from KernelSpec::geometry");
-static_assert(sizeof(FwdParams) == 192 && __builtin_offsetof(FwdParams, group) == 172
-              && __builtin_offsetof(FwdParams, scale_log2) == 184, "FwdParams differs from its Rust twin");
+static_assert(sizeof(FwdParams) == 192, "FwdParams differs from its Rust twin");
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_offsetof)  // NVRTC 13.5 has it, 13.0 does not
+static_assert(__builtin_offsetof(FwdParams, group) == 172 &&
+              __builtin_offsetof(FwdParams, scale_log2) == 184, "FwdParams differs from its Rust twin");
+#endif
+#endif
 
 // S = Q K^T for this warp's rows: s[mt][nt] is the m16n8 accumulator of rows mt*16.., keys nt*8..
 FA4_DEVICE void gemm_qk(float (&s)[kMT][kNT][4], u32 q_tile, u32 k_tile, const LdmatrixLane<kQRow>& ql,
                         const LdmatrixLane<kKRow>& kl) {
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+  zero_accumulators(s);
 #pragma unroll
   for (int kk = 0; kk < kDPad / 16; ++kk) {
     u32 a[kMT][4];
@@ -176,12 +176,7 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m64n128_q1_causal(const __grid_constant__
   const LdmatrixLane<kVRow> vl(lane);
 
   float o[kMT][kDvT][4];
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int dt = 0; dt < kDvT; ++dt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+  zero_accumulators(o);
   OnlineSoftmax<kMT, kNT> softmax;
   softmax.init();
 
@@ -239,27 +234,34 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m64n128_q1_causal(const __grid_constant__
     gemm_pv(o, pa, sV, vl);
   }
 
-  // ---- epilogue: normalise, stage this warp's rows through its own Q rows, 16-byte stores ----
+  // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised, staged
+  // through this warp's own Q rows and written with 16-byte stores ----
   softmax.finalize();
-  float inv[kMT][2], lse[kMT][2];  // only these leave the softmax state: fewer live registers
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      inv[mt][h] = softmax.inv_sum(mt, h);
-      lse[mt][h] = softmax.lse(mt, h, p.scale_log2);
-    }
   const int ewarp_row0 = thread_index_fresh() / 32 * kWarpM;  // = warp_row0, recomputed rather than kept live
+  if constexpr (kWriteLse) {
+    if (t == 0) {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
+          if (row < rows)
+            p.lse[batch * p.lse_batch_stride + (i64)head_of(row) * p.lse_head_stride + query_of(row)] =
+                softmax.lse(mt, h, p.scale_log2);
+        }
+    }
+  }
   __syncwarp();  // only this warp ever reads its Q rows: no CTA barrier needed to reuse them
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      const float inv = softmax.inv_sum(mt, h);
       unsigned char* row_smem = smem + kSmemQ + (ewarp_row0 + mt * 16 + g + 8 * h) * kQRow * 2;
 #pragma unroll
       for (int dt = 0; dt < kDvT; ++dt)
         *reinterpret_cast<u32*>(row_smem + (dt * 8 + 2 * t) * 2) =
-            Elem::pack2(o[mt][dt][2 * h] * inv[mt][h], o[mt][dt][2 * h + 1] * inv[mt][h]);
+            Elem::pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
     }
   __syncwarp();
   constexpr int kChunksPerRow = kDvPad / 8;
@@ -272,18 +274,6 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m64n128_q1_causal(const __grid_constant__
       u16* dst = p.o + batch * p.o_batch_stride + (i64)query_of(row) * p.o_row_stride +
                  (i64)head_of(row) * p.o_head_stride + c;
       *reinterpret_cast<uint4*>(dst) = val;
-    }
-  }
-  if constexpr (kWriteLse) {
-    if (t == 0) {
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
-          if (row < rows)
-            p.lse[batch * p.lse_batch_stride + (i64)head_of(row) * p.lse_head_stride + query_of(row)] = lse[mt][h];
-        }
     }
   }
 }
