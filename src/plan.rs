@@ -7,7 +7,7 @@
 
 use crate::arch::Arch;
 use crate::spec::{DType, KernelSpec, Mask};
-use crate::tiles;
+use crate::tiles::{self, SpecClass};
 
 /// Head dims (qk, v) of the default plan.
 pub const DEFAULT_HEAD_DIMS: [(u32, u32); 5] =
@@ -37,20 +37,18 @@ fn tile_sweep(arch: Arch) -> Vec<KernelSpec> {
     let mut out = Vec::new();
     for (d, dv) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
         for mask in [Mask::None, Mask::Causal] {
+            let class = SpecClass {
+                arch,
+                dtype: DType::Bf16,
+                d,
+                dv,
+                q_stage: 1,
+                mask,
+                lse: false,
+                pack_gqa: false,
+            };
             for (tile_m, tile_n) in [(128, 128), (128, 64), (128, 32), (64, 128), (64, 64)] {
-                let s = KernelSpec {
-                    arch,
-                    imp: crate::spec::Impl::Portable,
-                    dtype: DType::Bf16,
-                    d,
-                    dv,
-                    tile_m,
-                    tile_n,
-                    q_stage: 1,
-                    mask,
-                    lse: false,
-                    pack_gqa: false,
-                };
+                let s = class.on_tile(tile_m, tile_n);
                 if s.can_implement().is_ok() {
                     out.push(s);
                 }
@@ -68,11 +66,17 @@ fn default_plan(arch: Arch) -> Vec<KernelSpec> {
                 for mask in Mask::ALL {
                     for lse in [false, true] {
                         for pack_gqa in [false, true] {
-                            if let Some(s) = tiles::portable_spec(
-                                arch, dtype, d, dv, q_stage, mask, lse, pack_gqa,
-                            ) {
-                                out.push(s);
-                            }
+                            let class = SpecClass {
+                                arch,
+                                dtype,
+                                d,
+                                dv,
+                                q_stage,
+                                mask,
+                                lse,
+                                pack_gqa,
+                            };
+                            out.extend(class.portable());
                         }
                     }
                 }

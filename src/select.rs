@@ -11,7 +11,7 @@
 use crate::arch::Arch;
 use crate::runtime::{Error, Problem, Validated};
 use crate::spec::KernelSpec;
-use crate::tiles;
+use crate::tiles::SpecClass;
 
 /// What selection needs to know about the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,36 +46,24 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
         _ => 1,
     };
     let (d, dv) = (p.head_dim as u32, p.head_dim_v as u32);
+    let class = SpecClass {
+        arch,
+        dtype: p.dtype,
+        d,
+        dv,
+        q_stage,
+        mask: v.mask,
+        lse: p.return_lse,
+        pack_gqa,
+    };
     let spec = match p.tile_mn {
         // The caller's tile (FA4's `tile_mn`), checked like any spec.
         Some((tile_m, tile_n)) => {
-            let s = KernelSpec {
-                arch,
-                imp: crate::spec::Impl::Portable,
-                dtype: p.dtype,
-                d,
-                dv,
-                tile_m,
-                tile_n,
-                q_stage,
-                mask: v.mask,
-                lse: p.return_lse,
-                pack_gqa,
-            };
+            let s = class.on_tile(tile_m, tile_n);
             s.can_implement()?;
             s
         }
-        None => tiles::portable_spec(
-            arch,
-            p.dtype,
-            d,
-            dv,
-            q_stage,
-            v.mask,
-            p.return_lse,
-            pack_gqa,
-        )
-        .ok_or_else(|| {
+        None => class.portable().ok_or_else(|| {
             Error::invalid(
                 "head_dim",
                 format!("{d}x{dv}"),

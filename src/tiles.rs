@@ -28,37 +28,46 @@ fn portable_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
     }
 }
 
-/// The portable spec for a problem class on `arch`: the first candidate tile that the family can
-/// implement. `None` when no tile fits (head dims out of range).
-#[allow(clippy::too_many_arguments)]
-pub fn portable_spec(
-    arch: Arch,
-    dtype: DType,
-    d: u32,
-    dv: u32,
-    q_stage: u32,
-    mask: Mask,
-    lse: bool,
-    pack_gqa: bool,
-) -> Option<KernelSpec> {
-    portable_candidates(d, dv, mask)
-        .iter()
-        .find_map(|&(tile_m, tile_n)| {
-            let spec = KernelSpec {
-                arch,
-                imp: Impl::Portable,
-                dtype,
-                d,
-                dv,
-                tile_m,
-                tile_n,
-                q_stage,
-                mask,
-                lse,
-                pack_gqa,
-            };
-            spec.can_implement().ok().map(|()| spec)
-        })
+/// Everything of a portable `KernelSpec` but its tile: what a problem (or a plan entry) fixes.
+/// Plans, the tile sweep and selection all build specs through it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecClass {
+    pub arch: Arch,
+    pub dtype: DType,
+    pub d: u32,
+    pub dv: u32,
+    pub q_stage: u32,
+    pub mask: Mask,
+    pub lse: bool,
+    pub pack_gqa: bool,
+}
+
+impl SpecClass {
+    /// The spec on a given tile (not checked: see `KernelSpec::can_implement`).
+    pub fn on_tile(self, tile_m: u32, tile_n: u32) -> KernelSpec {
+        KernelSpec {
+            arch: self.arch,
+            imp: Impl::Portable,
+            dtype: self.dtype,
+            d: self.d,
+            dv: self.dv,
+            tile_m,
+            tile_n,
+            q_stage: self.q_stage,
+            mask: self.mask,
+            lse: self.lse,
+            pack_gqa: self.pack_gqa,
+        }
+    }
+
+    /// The spec on the first tile of the table the family can implement; `None` when no tile
+    /// fits (head dims out of range).
+    pub fn portable(self) -> Option<KernelSpec> {
+        portable_candidates(self.d, self.dv, self.mask)
+            .iter()
+            .map(|&(m, n)| self.on_tile(m, n))
+            .find(|s| s.can_implement().is_ok())
+    }
 }
 
 /// The q_stage values FA4's selection can ask for on a family: sm100f uses 2 Q tiles per CTA
