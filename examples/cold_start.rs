@@ -55,6 +55,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         scale: 1.0 / (d as f64).sqrt(),
         causal: true,
         window: (None, None),
+        softcap: 0.0,
+        sinks: None,
     };
     let all = reference::all_queries(&rp);
     let (r, _) = reference::attention_f64(&rp, q, k, v, &all);

@@ -5,7 +5,18 @@
  * Conventions (FA4's): q (B, Sq, H, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv), out (B, Sq, H, Dv),
  * lse (B, H, Sq) fp32 natural log. Strides are in elements, as {batch, row, head}; the last dim
  * must be contiguous and every stride a multiple of 8 (16-byte rows). Causal and windows are
- * bottom-right aligned; rows that see no key give 0 and LSE -inf.
+ * bottom-right aligned; rows that see no key give 0 and LSE -inf (the sink's logit with sinks).
+ *
+ * Serving features (ABI 2), FA4's varlen conventions: with total_q >= 0, q/out are packed
+ * (total_q, H, D) rows addressed through cu_seqlens_q (int32, B+1) and the LSE is (H, total_q);
+ * likewise total_k with cu_seqlens_k for k/v. seqused_q/k (int32, B) cap each sequence's length.
+ * batch is then the number of sequences and seqlen_q/seqlen_k the longest (host integers).
+ * Paged K/V (page_size > 0): k/v are (num_pages, page_size, Hkv, D) (batch stride = page stride)
+ * and key j of sequence b lives in page page_table[b * page_table_stride + j / page_size];
+ * without seqused_k every sequence has seqlen_k keys. Sinks: fp32 (H) logits in the softmax
+ * denominator. softcap > 0: scores c * tanh(scale * qk / c). num_splits: 1 unsplit, > 1 exactly
+ * that many K ranges (<= 256), < 1 FA4's heuristic; split calls use a scratch workspace (see
+ * fa4gen_workspace_bytes) that the handle keeps per stream unless the caller passes one.
  *
  * Every call validates its arguments completely before launching anything; a failed call
  * launches nothing and leaves a message for fa4gen_last_error(). No call ever unwinds or aborts
@@ -19,7 +30,7 @@
 extern "C" {
 #endif
 
-#define FA4GEN_ABI_VERSION 1u
+#define FA4GEN_ABI_VERSION 2u
 
 /* Status codes. */
 typedef enum fa4gen_status {
@@ -48,8 +59,25 @@ typedef struct fa4gen_problem {
   int64_t window_left, window_right;   /* FA4GEN_WINDOW_NONE = unbounded */
   int32_t return_lse;                  /* 0 or 1 */
   int32_t pack_gqa;                    /* -1: default (on when heads > heads_kv), 0, 1 */
-  int32_t num_splits;                  /* 1, or < 1 for the heuristic (split-KV not built yet: runs unsplit) */
+  int32_t num_splits;                  /* 1: no split; > 1: that many (<= 256); < 1: heuristic */
+  /* ABI 2: serving features (fa4gen_problem_init turns them all off). */
+  float softcap;                       /* 0: off */
+  int32_t has_sinks;                   /* 0 or 1: fa4gen_seq_ptrs.sinks is passed */
+  int64_t total_q, total_k;            /* -1: batched; >= 0: packed rows with cu_seqlens_q / _k */
+  int32_t has_seqused_q, has_seqused_k;/* 0 or 1 */
+  int64_t page_size;                   /* 0: not paged */
+  int64_t num_pages, pages_per_seq, page_table_stride; /* paged; stride <= 0: pages_per_seq */
 } fa4gen_problem;
+
+/* The serving features' device arrays; NULL where the problem does not declare them. */
+typedef struct fa4gen_seq_ptrs {
+  const int32_t* cu_seqlens_q; /* (B+1) */
+  const int32_t* cu_seqlens_k; /* (B+1) */
+  const int32_t* seqused_q;    /* (B) */
+  const int32_t* seqused_k;    /* (B) */
+  const int32_t* page_table;   /* (B, pages_per_seq), row stride page_table_stride */
+  const float* sinks;          /* (H) */
+} fa4gen_seq_ptrs;
 
 typedef struct fa4gen_handle fa4gen_handle;
 
@@ -79,6 +107,16 @@ fa4gen_status fa4gen_kernel_name(const fa4gen_handle* h, const fa4gen_problem* p
  * q, k, v, out: device pointers, 16-byte aligned; lse: fp32 device pointer when return_lse. */
 fa4gen_status fa4gen_forward(fa4gen_handle* h, const fa4gen_problem* p, const void* q, const void* k,
                              const void* v, void* out, float* lse, void* stream);
+
+/* fa4gen_forward with the serving features' arrays (extra may be NULL when none is declared)
+ * and an optional split-KV workspace (NULL: the handle's own, grown on first use per stream;
+ * growing during CUDA graph capture is refused, so run a shape once before capturing it). */
+fa4gen_status fa4gen_forward_ext(fa4gen_handle* h, const fa4gen_problem* p, const void* q, const void* k,
+                                 const void* v, void* out, float* lse, const fa4gen_seq_ptrs* extra,
+                                 void* workspace, uint64_t workspace_bytes, void* stream);
+
+/* Bytes of split-KV workspace fa4gen_forward_ext needs for p (0 when it does not split). */
+fa4gen_status fa4gen_workspace_bytes(const fa4gen_handle* h, const fa4gen_problem* p, uint64_t* out);
 
 #ifdef __cplusplus
 }

@@ -17,7 +17,7 @@ for step in $steps; do
   case $step in
   test)
     # One thread: the cases share the GPU and the CPU reference parallelises itself.
-    for t in gpu_forward; do
+    for t in gpu_forward gpu_features; do
       .stage/bin/$t --test-threads=1 --nocapture 2>&1 | tee "$OUT/test-$t.log" | grep -E "cases|passed|FAIL|SKIPPED|test result|panicked" || true
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
     done

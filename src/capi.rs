@@ -2,13 +2,13 @@
 //! turns every error into a status code plus a thread-local message; nothing unwinds across
 //! the boundary and no pointer is dereferenced before it is checked for null.
 
-use crate::runtime::{Error, FlashAttention, Problem, RawPtrs, Strides};
+use crate::runtime::{Error, FlashAttention, Paged, Problem, RawPtrs, Strides, Varlen};
 use crate::spec::DType;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 pub const WINDOW_NONE: i64 = i64::MIN;
 
 #[repr(C)]
@@ -47,6 +47,29 @@ pub struct CProblem {
     pub return_lse: i32,
     pub pack_gqa: i32,
     pub num_splits: i32,
+    // ABI 2: serving features.
+    pub softcap: f32,
+    pub has_sinks: i32,
+    pub total_q: i64,
+    pub total_k: i64,
+    pub has_seqused_q: i32,
+    pub has_seqused_k: i32,
+    pub page_size: i64,
+    pub num_pages: i64,
+    pub pages_per_seq: i64,
+    pub page_table_stride: i64,
+}
+
+/// Mirrors `fa4gen_seq_ptrs`: the serving features' device arrays (NULL: absent).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CSeqPtrs {
+    pub cu_seqlens_q: *const i32,
+    pub cu_seqlens_k: *const i32,
+    pub seqused_q: *const i32,
+    pub seqused_k: *const i32,
+    pub page_table: *const i32,
+    pub sinks: *const f32,
 }
 
 pub struct Handle {
@@ -130,12 +153,37 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
         _ => Err(invalid(field, v, "0 or 1")),
     };
     let window = |w: i64| (w != WINDOW_NONE).then_some(w);
-    if c.num_splits > 1 {
-        return Err(Error::NotBuilt {
-            feature: "split-KV (num_splits > 1)",
-            issue: 6,
-        });
-    }
+    let total = |field: &'static str, v: i64| -> Result<Option<usize>, Error> {
+        if v == -1 {
+            Ok(None)
+        } else {
+            nonneg(field, v).map(Some)
+        }
+    };
+    let total_q = total("total_q", c.total_q)?;
+    let total_k = total("total_k", c.total_k)?;
+    let has_seqused_q = bool_field("has_seqused_q", c.has_seqused_q)?;
+    let has_seqused_k = bool_field("has_seqused_k", c.has_seqused_k)?;
+    let varlen = Varlen {
+        total_q,
+        total_k,
+        seqused_q: has_seqused_q,
+        seqused_k: has_seqused_k,
+    };
+    let paged = if c.page_size == 0 {
+        None
+    } else {
+        Some(Paged {
+            page_size: nonneg("page_size", c.page_size)?,
+            num_pages: nonneg("num_pages", c.num_pages)?,
+            pages_per_seq: nonneg("pages_per_seq", c.pages_per_seq)?,
+            page_table_stride: if c.page_table_stride <= 0 {
+                nonneg("pages_per_seq", c.pages_per_seq)?
+            } else {
+                nonneg("page_table_stride", c.page_table_stride)?
+            },
+        })
+    };
     let p = Problem {
         dtype,
         batch: nonneg("batch", c.batch)?,
@@ -161,6 +209,11 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
         k_strides: strides(c.k_strides),
         v_strides: strides(c.v_strides),
         o_strides: strides(c.o_strides),
+        softcap: c.softcap,
+        sinks: bool_field("has_sinks", c.has_sinks)?,
+        num_splits: c.num_splits,
+        varlen: (varlen != Varlen::default()).then_some(varlen),
+        paged,
     };
     Ok(p)
 }
@@ -226,6 +279,16 @@ pub unsafe extern "C" fn fa4gen_problem_init(
         return_lse: 0,
         pack_gqa: -1,
         num_splits: 1,
+        softcap: 0.0,
+        has_sinks: 0,
+        total_q: -1,
+        total_k: -1,
+        has_seqused_q: 0,
+        has_seqused_k: 0,
+        page_size: 0,
+        num_pages: 0,
+        pages_per_seq: 0,
+        page_table_stride: 0,
     };
 }
 
@@ -339,20 +402,87 @@ pub unsafe extern "C" fn fa4gen_forward(
     lse: *mut f32,
     stream: *mut c_void,
 ) -> Status {
+    // SAFETY: same contract, no feature arrays and the handle's workspace.
+    unsafe {
+        fa4gen_forward_ext(
+            h,
+            p,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            std::ptr::null(),
+            std::ptr::null_mut(),
+            0,
+            stream,
+        )
+    }
+}
+
+/// # Safety
+/// As `fa4gen_forward`; `extra` null or a valid `fa4gen_seq_ptrs`; `workspace` null or device
+/// memory of `workspace_bytes` bytes not used concurrently by another call.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fa4gen_forward_ext(
+    h: *mut Handle,
+    p: *const CProblem,
+    q: *const c_void,
+    k: *const c_void,
+    v: *const c_void,
+    out: *mut c_void,
+    lse: *mut f32,
+    extra: *const CSeqPtrs,
+    workspace: *mut c_void,
+    workspace_bytes: u64,
+    stream: *mut c_void,
+) -> Status {
     guard(|| {
         let h = handle_ref(h)?;
         let problem = to_problem(problem_ref(p)?)?;
+        // SAFETY: checked non-null; the caller promises a valid fa4gen_seq_ptrs.
+        let e = unsafe { extra.as_ref() };
         let ptrs = RawPtrs {
             q: q as u64,
             k: k as u64,
             v: v as u64,
             o: out as u64,
             lse: lse as u64,
+            cu_seqlens_q: e.map_or(0, |e| e.cu_seqlens_q as u64),
+            cu_seqlens_k: e.map_or(0, |e| e.cu_seqlens_k as u64),
+            seqused_q: e.map_or(0, |e| e.seqused_q as u64),
+            seqused_k: e.map_or(0, |e| e.seqused_k as u64),
+            page_table: e.map_or(0, |e| e.page_table as u64),
+            sinks: e.map_or(0, |e| e.sinks as u64),
+            workspace: workspace as u64,
+            workspace_bytes: workspace_bytes as usize,
         };
         // SAFETY: per the contract; forward_raw checks nulls and alignment before launching.
         unsafe {
             h.fa.forward_raw(stream as cudarc::driver::sys::CUstream, &problem, ptrs)
         }
+    })
+}
+
+/// # Safety
+/// `h`, `p` null or valid; `out` null or writable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_workspace_bytes(
+    h: *const Handle,
+    p: *const CProblem,
+    out: *mut u64,
+) -> Status {
+    guard(|| {
+        let h = handle_ref(h)?;
+        let problem = to_problem(problem_ref(p)?)?;
+        if out.is_null() {
+            return Err(invalid("out", "NULL", "a pointer to receive the size"));
+        }
+        let n = h.fa.workspace_bytes(&problem)? as u64;
+        // SAFETY: non-null and writable per the contract.
+        unsafe { *out = n };
+        Ok(())
     })
 }
 
@@ -394,6 +524,15 @@ mod tests {
             (|p| p.return_lse = -1, "return_lse"),
             (|p| p.pack_gqa = 5, "pack_gqa"),
             (|p| p.head_dim = -8, "head_dim"),
+            (|p| p.has_sinks = 3, "has_sinks"),
+            (|p| p.has_seqused_k = -1, "has_seqused_k"),
+            (|p| p.total_k = i64::MIN + 1, "total_k"),
+            (
+                |p| {
+                    p.page_size = -16;
+                },
+                "page_size",
+            ),
         ];
         for (mutate, field) in cases {
             let mut c = init();
@@ -405,7 +544,14 @@ mod tests {
         }
         let mut c = init();
         c.num_splits = 3;
-        assert!(matches!(to_problem(&c), Err(Error::NotBuilt { .. })));
+        c.total_q = 200;
+        c.page_size = 16;
+        c.num_pages = 10;
+        c.pages_per_seq = 13;
+        let p = to_problem(&c).unwrap();
+        assert_eq!(p.num_splits, 3);
+        assert_eq!(p.varlen.and_then(|v| v.total_q), Some(200));
+        assert_eq!(p.paged.map(|pg| pg.page_table_stride), Some(13));
     }
 
     #[test]
@@ -448,7 +594,7 @@ mod tests {
             fa4gen_close(std::ptr::null_mut());
             fa4gen_problem_init(std::ptr::null_mut(), 0, 1, 1, 1, 1, 1, 8, 8);
         }
-        assert_eq!(fa4gen_abi_version(), 1);
+        assert_eq!(fa4gen_abi_version(), 2);
     }
 
     #[test]

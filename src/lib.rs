@@ -8,6 +8,7 @@ pub mod arch;
 pub mod codegen;
 pub mod compile;
 pub mod manifest;
+pub mod model;
 pub mod nvrtc;
 pub mod params;
 pub mod plan;

@@ -13,6 +13,21 @@ pub struct FwdParams {
     pub o: u64,
     pub lse: u64,
 
+    // Serving features (null / unused unless the kernel's flag is compiled in).
+    /// varlen: `int32 (B+1)` row offsets of each sequence in a packed `(total, H, D)` q / k.
+    pub cu_seqlens_q: u64,
+    pub cu_seqlens_k: u64,
+    /// varlen (and paged for k): `int32 (B)` valid lengths per sequence.
+    pub seqused_q: u64,
+    pub seqused_k: u64,
+    /// paged: `int32 (B, max_pages)` page indices; k/v then are `(pages, page_size, Hkv, D)`.
+    pub page_table: u64,
+    /// sink: `fp32 (H)` per-head logits.
+    pub sinks: u64,
+    /// split: fp32 partial O `(splits, rows, H, Dv)` and LSE `(splits, <LSE layout>)`.
+    pub o_partial: u64,
+    pub lse_partial: u64,
+
     pub q_batch_stride: i64,
     pub q_row_stride: i64,
     pub q_head_stride: i64,
@@ -27,6 +42,10 @@ pub struct FwdParams {
     pub o_head_stride: i64,
     pub lse_batch_stride: i64,
     pub lse_head_stride: i64,
+    pub page_table_batch_stride: i64,
+    /// Elements between splits of `o_partial` / `lse_partial`.
+    pub o_partial_split_stride: i64,
+    pub lse_partial_split_stride: i64,
 
     pub batch: i32,
     pub seqlen_q: i32,
@@ -36,7 +55,13 @@ pub struct FwdParams {
     pub group: i32,
     pub window_left: i32,
     pub window_right: i32,
+    pub page_size: i32,
+    pub num_splits: i32,
+    /// The exp2-domain multiplier of a raw score: `scale * log2(e)`, or `softcap * log2(e)`
+    /// with softcap (the score is then `tanh(qk * softcap_scale)`).
     pub scale_log2: f32,
+    /// softcap: `scale / softcap`.
+    pub softcap_scale: f32,
 }
 
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.

@@ -6,17 +6,22 @@
 //! the family, on the family's tile table.
 
 use crate::arch::Arch;
-use crate::spec::{DType, KernelSpec, Mask};
+use crate::spec::{DType, Features, KernelSpec, Mask};
 use crate::tiles::{self, SpecClass};
 
 /// Head dims (qk, v) of the default plan.
 pub const DEFAULT_HEAD_DIMS: [(u32, u32); 5] =
     [(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)];
 
-pub const PLAN_NAMES: [&str; 2] = ["default", "tiles"];
+/// Every named plan: `default`, `tiles`, and one per shipped model config (`models/*.json`).
+pub fn plan_names() -> Vec<&'static str> {
+    let mut names = vec!["default", "tiles"];
+    names.extend(crate::model::MODELS.iter().map(|(n, _)| *n));
+    names
+}
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown plan `{0}` (known: {known})", known = PLAN_NAMES.join(", "))]
+#[error("unknown plan `{0}` (known: {known})", known = plan_names().join(", "))]
 pub struct UnknownPlan(pub String);
 
 /// The specs of plan `name` for `arch`, sorted by stem and free of duplicates.
@@ -24,7 +29,12 @@ pub fn plan(name: &str, arch: Arch) -> Result<Vec<KernelSpec>, UnknownPlan> {
     let mut specs = match name {
         "default" => default_plan(arch),
         "tiles" => tile_sweep(arch),
-        other => return Err(UnknownPlan(other.to_string())),
+        other => match crate::model::MODELS.iter().find(|(n, _)| *n == other) {
+            Some((_, config)) => crate::model::ModelAttention::from_hf_config(config)
+                .map_err(|e| UnknownPlan(format!("{other} (its config does not read: {e})")))?
+                .plan(arch),
+            None => return Err(UnknownPlan(other.to_string())),
+        },
     };
     specs.sort_by_key(|s| s.stem());
     specs.dedup();
@@ -46,6 +56,7 @@ fn tile_sweep(arch: Arch) -> Vec<KernelSpec> {
                 mask,
                 lse: false,
                 pack_gqa: false,
+                feat: Features::default(),
             };
             for (tile_m, tile_n) in [(128, 128), (128, 64), (128, 32), (64, 128), (64, 64)] {
                 let s = class.on_tile(tile_m, tile_n);
@@ -75,6 +86,7 @@ fn default_plan(arch: Arch) -> Vec<KernelSpec> {
                                 mask,
                                 lse,
                                 pack_gqa,
+                                feat: Features::default(),
                             };
                             out.extend(class.portable());
                         }

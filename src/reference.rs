@@ -14,7 +14,7 @@ use crate::spec::{DType, Mask};
 use rayon::prelude::*;
 
 /// Shapes and options of a reference computation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct RefProblem {
     pub batch: usize,
     pub seqlen_q: usize,
@@ -26,6 +26,10 @@ pub struct RefProblem {
     pub scale: f64,
     pub causal: bool,
     pub window: (Option<i64>, Option<i64>),
+    /// Softcap c (0: off): scores `c * tanh(scale * qk / c)`.
+    pub softcap: f64,
+    /// Per-head sink logits (H), in the denominator only.
+    pub sinks: Option<Vec<f64>>,
 }
 
 impl RefProblem {
@@ -154,14 +158,22 @@ pub fn attention_f64(
                         .map(|(&a, &c)| a as f64 * c as f64)
                         .sum();
                     *sj = dot * p.scale;
+                    if p.softcap > 0.0 {
+                        *sj = p.softcap * (*sj / p.softcap).tanh();
+                    }
                 }
             }
-            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sink = p.sinks.as_ref().map(|s| s[h]);
+            let m = s
+                .iter()
+                .cloned()
+                .chain(sink)
+                .fold(f64::NEG_INFINITY, f64::max);
             let mut o = vec![0f64; p.dv];
             if m == f64::NEG_INFINITY {
                 return (o, f64::NEG_INFINITY);
             }
-            let mut l = 0f64;
+            let mut l = sink.map_or(0.0, |s| (s - m).exp());
             for (j, &sj) in s.iter().enumerate() {
                 if sj == f64::NEG_INFINITY {
                     continue;
@@ -217,14 +229,24 @@ pub fn attention_lowp(
                     let krow = &ks[((b * p.seqlen_k + j) * p.heads_kv + hk) * p.d..][..p.d];
                     let dot: f32 = qrow.iter().zip(krow).map(|(&a, &c)| a * c).sum();
                     *sj = round_to(dtype, dot);
+                    if p.softcap > 0.0 {
+                        let c = p.softcap as f32;
+                        *sj = round_to(dtype, c * round_to(dtype, (*sj / c).tanh()));
+                    }
                 }
             }
-            let m = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+            let sink = p.sinks.as_ref().map(|s| s[h] as f32);
+            let m = s
+                .iter()
+                .cloned()
+                .chain(sink)
+                .fold(f32::NEG_INFINITY, f32::max);
             let mut o = vec![0f32; p.dv];
             if m == f32::NEG_INFINITY {
                 return o; // FA4's reference zeroes rows with nothing visible
             }
-            let l: f32 = s.iter().map(|&x| (x - m).exp()).sum();
+            let l: f32 =
+                s.iter().map(|&x| (x - m).exp()).sum::<f32>() + sink.map_or(0.0, |s| (s - m).exp());
             for (j, &sj) in s.iter().enumerate() {
                 let pj = round_to(dtype, (sj - m).exp() / l);
                 if pj == 0.0 {
@@ -337,6 +359,8 @@ mod tests {
             scale: 1.0,
             causal,
             window,
+            softcap: 0.0,
+            sinks: None,
         }
     }
 
@@ -403,6 +427,8 @@ mod tests {
             scale: 0.35,
             causal: true,
             window: (None, None),
+            softcap: 0.0,
+            sinks: None,
         };
         let fill = |n: usize, seed: u32| -> Vec<f32> {
             (0..n)

@@ -49,6 +49,14 @@ pub const HEADERS: &[(&str, &str)] = &[
         "fa4gen/fwd_params.cuh",
         include_str!("../templates/include/fa4gen/fwd_params.cuh"),
     ),
+    (
+        "fa4gen/seqlens.cuh",
+        include_str!("../templates/include/fa4gen/seqlens.cuh"),
+    ),
+    (
+        "fa4gen/softcap.cuh",
+        include_str!("../templates/include/fa4gen/softcap.cuh"),
+    ),
 ];
 
 /// sha256 over every header's name and contents, in `HEADERS` order.

@@ -10,7 +10,7 @@
 
 use crate::arch::Arch;
 use crate::runtime::{Error, Problem, Validated};
-use crate::spec::KernelSpec;
+use crate::spec::{Features, KernelSpec, Mask};
 use crate::tiles::SpecClass;
 
 /// What selection needs to know about the device.
@@ -34,7 +34,29 @@ impl DeviceInfo {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Selection {
     pub spec: KernelSpec,
+    /// Forward grid; with split-KV its z is `batch * num_splits`.
     pub grid: (u32, u32, u32),
+    /// K ranges per (query block, head); > 1 only for split kernels.
+    pub num_splits: u32,
+}
+
+/// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
+/// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
+/// keys a window lets a query block see.
+pub fn heuristic_splits(
+    batch: usize,
+    heads_kv: usize,
+    m_blocks: usize,
+    sk_eff: usize,
+    tile_n: u32,
+    sm_count: u32,
+) -> u32 {
+    let n_blocks = sk_eff.div_ceil(tile_n as usize);
+    if n_blocks <= 4 {
+        return 1;
+    }
+    let ctas = (batch * heads_kv * m_blocks).max(1);
+    ((sm_count as usize / ctas).min(128).min(n_blocks)).max(1) as u32
 }
 
 pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selection, Error> {
@@ -46,7 +68,7 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
         _ => 1,
     };
     let (d, dv) = (p.head_dim as u32, p.head_dim_v as u32);
-    let class = SpecClass {
+    let mut class = SpecClass {
         arch,
         dtype: p.dtype,
         d,
@@ -55,27 +77,69 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
         mask: v.mask,
         lse: p.return_lse,
         pack_gqa,
+        feat: Features {
+            varlen: p.is_varlen(),
+            paged: p.paged.is_some(),
+            sink: p.sinks,
+            softcap: p.softcap > 0.0,
+            split: false,
+        },
     };
-    let spec = match p.tile_mn {
-        // The caller's tile (FA4's `tile_mn`), checked like any spec.
-        Some((tile_m, tile_n)) => {
-            let s = class.on_tile(tile_m, tile_n);
-            s.can_implement()?;
-            s
+    let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
+        match p.tile_mn {
+            // The caller's tile (FA4's `tile_mn`), checked like any spec.
+            Some((tile_m, tile_n)) => {
+                let s = class.on_tile(tile_m, tile_n);
+                s.can_implement()?;
+                Ok(s)
+            }
+            None => class.portable().ok_or_else(|| {
+                Error::invalid(
+                    "head_dim",
+                    format!("{d}x{dv}"),
+                    format!("head dims the {arch} portable kernel can tile"),
+                )
+            }),
         }
-        None => class.portable().ok_or_else(|| {
-            Error::invalid(
-                "head_dim",
-                format!("{d}x{dv}"),
-                format!("head dims the {arch} portable kernel can tile"),
-            )
-        })?,
     };
-    let m_blocks = rows.div_ceil(spec.block_m() as usize) as u32;
-    let heads = if pack_gqa { p.heads_kv } else { p.heads } as u32;
+    let mut spec = pick(class)?;
+    let m_blocks = rows.div_ceil(spec.block_m() as usize);
+    let heads = if pack_gqa { p.heads_kv } else { p.heads };
+    // FA4's heuristic on every family (FA4 splits on sm100f only; fa4gen's portable kernel
+    // splits everywhere, so the same rule applies: the split exists to fill idle SMs).
+    let num_splits = if v.num_splits < 1 {
+        let sk_eff = match v.mask {
+            Mask::Local => p.seqlen_k.min(
+                (v.params.window_left as usize)
+                    .saturating_add(v.params.window_right.max(0) as usize)
+                    .saturating_add(1 + spec.tile_m as usize),
+            ),
+            _ => p.seqlen_k,
+        };
+        let ctas_heads = if pack_gqa { p.heads_kv } else { p.heads };
+        heuristic_splits(
+            p.batch,
+            ctas_heads,
+            m_blocks,
+            sk_eff,
+            spec.tile_n,
+            device.sm_count,
+        )
+    } else {
+        v.num_splits as u32
+    };
+    if num_splits > 1 {
+        class.feat.split = true;
+        spec = pick(class)?;
+    }
     Ok(Selection {
         spec,
-        grid: (m_blocks, heads, p.batch as u32),
+        grid: (
+            m_blocks as u32,
+            heads as u32,
+            (p.batch * num_splits as usize) as u32,
+        ),
+        num_splits,
     })
 }
 

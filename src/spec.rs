@@ -107,6 +107,29 @@ pub struct KernelSpec {
     /// Fold the GQA group into the M dimension: a CTA's rows are (query, head-in-group) pairs,
     /// group index fastest (FA4's packed layout), so one CTA serves a whole KV head.
     pub pack_gqa: bool,
+    /// The serving features compiled in (all off: the dense kernel).
+    pub feat: Features,
+}
+
+/// Serving features: each adds run-time inputs the kernel reads only when compiled in, so the
+/// dense kernels carry none of their cost.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
+)]
+pub struct Features {
+    /// Ragged batches: `cu_seqlens_q/k` (packed `(total, H, D)` rows) and/or `seqused_q/k`
+    /// (per-sequence lengths), each optional at run time.
+    pub varlen: bool,
+    /// K/V in pages `(num_pages, page_size, Hkv, D)` through a `(B, max_pages)` page table;
+    /// any page size (one page lookup per tile when it is a multiple of tile_n).
+    pub paged: bool,
+    /// A learnable per-head sink logit in the softmax denominator (gpt-oss).
+    pub sink: bool,
+    /// Scores soft-capped: `c * tanh(scale * qk / c)`, c at run time.
+    pub softcap: bool,
+    /// Split-KV: each CTA covers one of `num_splits` K ranges and writes an fp32 partial O and
+    /// LSE; the combine kernel in the same module reduces them.
+    pub split: bool,
 }
 
 /// The boolean key flags in stem order: (token, getter, setter). Adding a flag (varlen, paged,
@@ -115,6 +138,11 @@ type FlagRow = (&'static str, fn(&KernelSpec) -> bool, fn(&mut KernelSpec));
 pub const FLAGS: &[FlagRow] = &[
     ("lse", |s| s.lse, |s| s.lse = true),
     ("packgqa", |s| s.pack_gqa, |s| s.pack_gqa = true),
+    ("varlen", |s| s.feat.varlen, |s| s.feat.varlen = true),
+    ("paged", |s| s.feat.paged, |s| s.feat.paged = true),
+    ("sink", |s| s.feat.sink, |s| s.feat.sink = true),
+    ("softcap", |s| s.feat.softcap, |s| s.feat.softcap = true),
+    ("split", |s| s.feat.split, |s| s.feat.split = true),
 ];
 
 /// Why a spec cannot be built: every limit `can_implement` enforces, with the supported values.
@@ -371,6 +399,7 @@ impl FromStr for KernelSpec {
             mask: Mask::None,
             lse: false,
             pack_gqa: false,
+            feat: Features::default(),
         };
         // Optional tokens, each at most once and in canonical order.
         let mut rest: Vec<&str> = it.collect();
@@ -411,6 +440,7 @@ mod tests {
             mask: Mask::Causal,
             lse: true,
             pack_gqa: false,
+            feat: Features::default(),
         }
     }
 
@@ -468,7 +498,8 @@ mod tests {
             "fwd.sm90.portable.bf16.d128x128.m128n64",
             "fwd.sm90.portable.bf16.d128x128.m128n64.q1.lse.causal",
             "fwd.sm90.portable.bf16.d128x128.m128n64.q1.lse.lse",
-            "fwd.sm90.portable.bf16.d128x128.m128n64.q1.softcap",
+            "fwd.sm90.portable.bf16.d128x128.m128n64.q1.softcap.sink",
+            "fwd.sm90.portable.bf16.d128x128.m128n64.q1.softcaps",
         ] {
             assert!(bad.parse::<KernelSpec>().is_err(), "{bad} parsed");
         }

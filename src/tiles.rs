@@ -3,7 +3,7 @@
 //! its generator each kept a copy: "this needs to match the kernel configs").
 
 use crate::arch::Arch;
-use crate::spec::{DType, Impl, KernelSpec, Mask};
+use crate::spec::{DType, Features, Impl, KernelSpec, Mask};
 
 /// Candidate tiles of the portable kernel, best first; later ones are fall-backs where a
 /// family's shared memory or registers cannot hold the first (sm120 at d = 256, q_stage 2 at
@@ -14,12 +14,14 @@ use crate::spec::{DType, Impl, KernelSpec, Mask};
 /// - d 192/128: 128x64 334/293, 128x32 304/260, 64x128 264/249, 64x64 252/232
 /// - d 256:     64x64 287/265, 128x128 287/248, 128x64 264/232, 128x32 230/203, 64x128 215/161
 ///   (64x64: 4 warps and 99 KB, so two CTAs share an SM and cover each other's barriers).
-fn portable_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
-    if d.max(dv) <= 64 && mask != Mask::Local {
+fn portable_candidates(d: u32, dv: u32, mask: Mask, feat: Features) -> &'static [(u32, u32)] {
+    if d.max(dv) <= 64 && mask != Mask::Local && !feat.varlen && !feat.split {
         &[(128, 128), (128, 64), (64, 64)]
     } else if d.max(dv) <= 64 {
         // Local windows visit few blocks; 128x128 spilled here (the window test per element
-        // needs registers the 128 S accumulators hold).
+        // needs registers the 128 S accumulators hold). Ragged batches and split-KV hold a
+        // sequence's offsets and lengths (or its split range) and spilled 112-252 bytes at
+        // 128x128 with causal masks (gpt-oss plan, NVRTC 13.5).
         &[(128, 64), (64, 64)]
     } else if dv > 128 {
         &[(64, 64), (128, 64), (64, 32)]
@@ -40,6 +42,7 @@ pub struct SpecClass {
     pub mask: Mask,
     pub lse: bool,
     pub pack_gqa: bool,
+    pub feat: Features,
 }
 
 impl SpecClass {
@@ -57,13 +60,14 @@ impl SpecClass {
             mask: self.mask,
             lse: self.lse,
             pack_gqa: self.pack_gqa,
+            feat: self.feat,
         }
     }
 
     /// The spec on the first tile of the table the family can implement; `None` when no tile
     /// fits (head dims out of range).
     pub fn portable(self) -> Option<KernelSpec> {
-        portable_candidates(self.d, self.dv, self.mask)
+        portable_candidates(self.d, self.dv, self.mask, self.feat)
             .iter()
             .map(|&(m, n)| self.on_tile(m, n))
             .find(|s| s.can_implement().is_ok())

@@ -214,6 +214,8 @@ fn run_case(
         scale: 1.0 / (c.d as f64).sqrt(),
         causal: c.causal,
         window: c.window,
+        softcap: 0.0,
+        sinks: None,
     };
     // Long sequences: check a random sample of query rows (plus the first and last) exactly.
     let queries: Vec<usize> = if sq * sk > 1 << 20 {

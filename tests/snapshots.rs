@@ -41,6 +41,13 @@ fn sm120_d256_small_tile() {
     snap("fwd.sm120.portable.bf16.d256x256.m64n64.q1");
 }
 
+#[test]
+fn sm90_serving_features() {
+    snap(
+        "fwd.sm90.portable.bf16.d64x64.m128n64.q1.local.lse.packgqa.varlen.paged.sink.softcap.split",
+    );
+}
+
 /// Every key field changes the generated code (no dead fields).
 #[test]
 fn every_key_field_changes_the_source() {
@@ -87,6 +94,20 @@ fn every_key_field_changes_the_source() {
             ..base
         },
     ];
+    let feature_variants: [fn(&mut fa4gen::spec::Features); 5] = [
+        |f| f.varlen = true,
+        |f| f.paged = true,
+        |f| f.sink = true,
+        |f| f.softcap = true,
+        |f| f.split = true,
+    ];
+    let variants = variants
+        .into_iter()
+        .chain(feature_variants.iter().map(|set| {
+            let mut v = base;
+            set(&mut v.feat);
+            v
+        }));
     for v in variants {
         let stem = v.stem();
         if v.arch != base.arch {

@@ -12,11 +12,14 @@
 // Pipeline per K block (one K and one V buffer, FA2's interleave): the V load is in flight while
 // S = Q K^T and the softmax run; the next K load is in flight while O += P V runs.
 // Grid: (ceil(rows / 128), heads_kv, batch), rows = Sq * (H / Hkv) packed as (query, head-in-group), group fastest.
+// Features: varlen=false paged=false sink=false softcap=false split=false
 #include "fa4gen/fwd_params.cuh"
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mma_m16n8k16.cuh"
 #include "fa4gen/online_softmax.cuh"
+#include "fa4gen/seqlens.cuh"
 #include "fa4gen/smem_tile.cuh"
+#include "fa4gen/softcap.cuh"
 
 namespace {
 
@@ -31,6 +34,9 @@ constexpr int kBlockM = kTileM * kQStage;                 // Q rows per CTA
 constexpr MaskKind kMask = MaskKind::None;
 constexpr bool kWriteLse = true;
 constexpr bool kPackGqa = true;
+constexpr bool kVarlen = false, kPaged = false;
+constexpr bool kSink = false, kSoftcap = false, kSplit = false;
+using Seq = SeqInfo<kVarlen, kPaged>;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kWarpM = 32;                      // rows per warp
@@ -46,13 +52,41 @@ constexpr int kSmemK = kSmemQ + kBlockM * kQRow * 2;
 constexpr int kSmemV = kSmemK + kTileN * kKRow * 2;
 constexpr int kSmemBytes = kSmemV + kTileN * kVRow * 2;
 static_assert(kThreads == 128 && kSmemBytes == 53248, "layout differs from KernelSpec::geometry");
-static_assert(sizeof(FwdParams) == 192, "FwdParams differs from its Rust twin");
+static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_offsetof)  // NVRTC 13.5 has it, 13.0 does not
-static_assert(__builtin_offsetof(FwdParams, group) == 172 &&
-              __builtin_offsetof(FwdParams, scale_log2) == 184, "FwdParams differs from its Rust twin");
+static_assert(__builtin_offsetof(FwdParams, group) == 260 &&
+              __builtin_offsetof(FwdParams, scale_log2) == 280, "FwdParams differs from its Rust twin");
 #endif
 #endif
+
+// Copy K or V block nb of this CTA's (sequence, kv head) into shared memory. The sequence and
+// head offsets are recomputed from the block index at each load rather than held across the
+// main loop: at 255 registers a held 64-bit base spills.
+template <int COLS, int STRIDE>
+FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64 batch_stride, i64 head_stride,
+                              i64 row_stride, int nb, int seqlen_k, int cols_valid) {
+  const int z = (int)block_index_z_fresh();
+  const int b = kSplit ? z / p.num_splits : z;
+  const int hkv = kPackGqa ? (int)block_index_y_fresh() : (int)block_index_y_fresh() / p.group;
+  const u16* head_base = base + hkv * head_stride;
+  const int n0 = nb * kTileN;
+  if constexpr (kPaged) {
+    if (p.page_size % kTileN == 0) {  // the block lies in one page: one lookup, a uniform stride
+      load_rows_async<kTileN, COLS, STRIDE, kThreads>(
+          smem, head_base + paged_row_offset(p, b, n0, batch_stride, row_stride), row_stride, seqlen_k - n0,
+          cols_valid);
+    } else {
+      load_rows_gather_async<kTileN, COLS, STRIDE, kThreads>(
+          smem, head_base, [&](int r) { return paged_row_offset(p, b, n0 + r, batch_stride, row_stride); },
+          seqlen_k - n0, cols_valid);
+    }
+  } else {
+    load_rows_async<kTileN, COLS, STRIDE, kThreads>(
+        smem, head_base + kv_seq_offset<kVarlen>(p, b, batch_stride, row_stride) + (i64)n0 * row_stride, row_stride,
+        seqlen_k - n0, cols_valid);
+  }
+}
 
 // S = Q K^T for this warp's rows: s[mt][nt] is the m16n8 accumulator of rows mt*16.., keys nt*8..
 FA4_DEVICE void gemm_qk(float (&s)[kMT][kNT][4], u32 q_tile, u32 k_tile, const LdmatrixLane<kQRow>& ql,
@@ -117,42 +151,43 @@ fa4gen_fwd_sm120_portable_bf16_d96x96_m128n64_q1_lse_packgqa(const __grid_consta
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // MMA fragment row group and column pair
 
-  // ---- which rows, which head, which keys ----
-  const int batch = blockIdx.z;
+  // ---- which sequence, rows, head and keys ----
+  const int batch = kSplit ? blockIdx.z / p.num_splits : blockIdx.z;
+  const Seq seq(p, batch);
   // Causal/local blocks further down the Q axis see more keys: launch them first.
   const int m_block = kMask == MaskKind::None ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
   const int group = kPackGqa ? p.group : 1;
   const int head_kv = kPackGqa ? blockIdx.y : blockIdx.y / p.group;
-  const int rows = p.seqlen_q * group;  // packed rows (query, head-in-group), group fastest
+  const int rows = seq.seqlen_q * group;  // packed rows (query, head-in-group), group fastest
   const int row0 = m_block * kBlockM;
+  if (row0 >= rows) return;  // a ragged batch's shorter sequence: the grid covers the longest
   const int row_end = min(row0 + kBlockM, rows);
   // Query index and q head of a packed row.
   auto query_of = [&](int r) { return kPackGqa ? r / group : r; };
   auto head_of = [&](int r) { return kPackGqa ? head_kv * group + r % group : (int)blockIdx.y; };
 
-  const BottomRightMask<kMask> mask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right};
+  const BottomRightMask<kMask> mask{seq.seqlen_k, seq.seqlen_k - seq.seqlen_q, p.window_left, p.window_right};
   const int m0 = query_of(row0), m1 = query_of(row_end - 1) + 1;
-  const int n_lo = mask.block_lo(m0, kTileN);
-  const int n_hi = mask.block_hi(m1, kTileN);
+  int n_lo = mask.block_lo(m0, kTileN);
+  int n_hi = mask.block_hi(m1, kTileN);
+  if constexpr (kSplit) {
+    // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
+    const int split = blockIdx.z % p.num_splits;
+    const int per = (max(n_hi - n_lo, 0) + p.num_splits - 1) / p.num_splits;
+    const int lo = n_lo + split * per;
+    n_hi = min(n_hi, lo + per);
+    n_lo = lo;
+  }
 
-  const u16* q_base = p.q + batch * p.q_batch_stride;
+  const u16* q_base = p.q + seq.q_offset(batch, p.q_batch_stride, p.q_row_stride);
   const u32 sQ = smem_u32(smem + kSmemQ), sK = smem_u32(smem + kSmemK), sV = smem_u32(smem + kSmemV);
 
-  // Row 0 of K/V block nb. The (batch, kv head) offset is recomputed from the block index at each
-  // load rather than held across the main loop: at 255 registers a held 64-bit base spills.
-  auto kv_row0 = [&](const u16* base, i64 batch_stride, i64 head_stride, i64 row_stride, int nb) {
-    const int hkv = kPackGqa ? (int)block_index_y_fresh() : (int)block_index_y_fresh() / p.group;
-    return base + block_index_z_fresh() * batch_stride + hkv * head_stride + (i64)(nb * kTileN) * row_stride;
-  };
   auto load_k = [&](int nb) {
-    load_rows_async<kTileN, kDPad, kKRow, kThreads>(
-        sK, kv_row0(p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb), p.k_row_stride,
-        p.seqlen_k - nb * kTileN, kD);
+    load_kv_block<kDPad, kKRow>(sK, p, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb, seq.seqlen_k, kD);
   };
   auto load_v = [&](int nb) {
-    load_rows_async<kTileN, kDvPad, kVRow, kThreads>(
-        sV, kv_row0(p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb), p.v_row_stride,
-        p.seqlen_k - nb * kTileN, kDv);
+    load_kv_block<kDvPad, kVRow>(sV, p, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb, seq.seqlen_k,
+                                 kDv);
   };
 
   // ---- prologue: Q and the first (highest) K block in one group ----
@@ -189,6 +224,16 @@ fa4gen_fwd_sm120_portable_bf16_d96x96_m128n64_q1_lse_packgqa(const __grid_consta
 
     float s[kMT][kNT][4];
     gemm_qk(s, sQw, sK, ql, kl);
+    if constexpr (kSoftcap) {
+      // s = tanh(qk * scale / c); the softmax multiplies by c * log2(e) (p.scale_log2).
+      const float cs = p.softcap_scale;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_accurate(s[mt][nt][e] * cs);
+    }
 
     const int n0 = nb * kTileN;
     if (mask.block_is_partial(m0, m1, n0, kTileN)) {
@@ -234,23 +279,45 @@ fa4gen_fwd_sm120_portable_bf16_d96x96_m128n64_q1_lse_packgqa(const __grid_consta
     gemm_pv(o, pa, sV, vl);
   }
 
-  // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised, staged
-  // through this warp's own Q rows and written with 16-byte stores ----
-  softmax.finalize();
+  // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised ----
   const int ewarp_row0 = thread_index_fresh() / 32 * kWarpM;  // = warp_row0, recomputed rather than kept live
-  if constexpr (kWriteLse) {
+  // The sink joins the denominator here, or in the combine when K is split (counted once).
+  softmax.template finalize<kSink && !kSplit>(p.scale_log2, [&](int mt, int h) {
+    const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
+    return row < rows ? p.sinks[head_of(row)] * kLog2e : neg_inf();
+  });
+  if constexpr (kWriteLse || kSplit) {
     if (t == 0) {
+      float* lse_out = kSplit ? p.lse_partial + (blockIdx.z % p.num_splits) * p.lse_partial_split_stride : p.lse;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
-          if (row < rows)
-            p.lse[batch * p.lse_batch_stride + (i64)head_of(row) * p.lse_head_stride + query_of(row)] =
-                softmax.lse(mt, h, p.scale_log2);
+          if (row < rows) lse_out[seq.lse_index(p, batch, head_of(row), query_of(row))] = softmax.lse(mt, h);
         }
     }
   }
+  if constexpr (kSplit) {
+    // fp32 partial O straight from the accumulators: 8-byte stores, a quad covers 32 bytes.
+    float* o_part = p.o_partial + (blockIdx.z % p.num_splits) * p.o_partial_split_stride;
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
+        if (row >= rows) continue;
+        const float inv = softmax.inv_sum(mt, h);
+        float* dst = o_part + ((i64)(seq.q_row0 + query_of(row)) * p.heads + head_of(row)) * kDv;
+#pragma unroll
+        for (int dt = 0; dt < kDvT; ++dt) {
+          const int c = dt * 8 + 2 * t;
+          if (c < kDv) *reinterpret_cast<float2*>(dst + c) = float2{o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv};
+        }
+      }
+    return;
+  }
+  // O in 16 bits, staged through this warp's own Q rows and written with 16-byte stores.
   __syncwarp();  // only this warp ever reads its Q rows: no CTA barrier needed to reuse them
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -264,6 +331,7 @@ fa4gen_fwd_sm120_portable_bf16_d96x96_m128n64_q1_lse_packgqa(const __grid_consta
             Elem::pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
     }
   __syncwarp();
+  u16* o_base = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride);
   constexpr int kChunksPerRow = kDvPad / 8;
 #pragma unroll
   for (int i = lane; i < kWarpM * kChunksPerRow; i += 32) {
@@ -271,8 +339,7 @@ fa4gen_fwd_sm120_portable_bf16_d96x96_m128n64_q1_lse_packgqa(const __grid_consta
     const int row = row0 + ewarp_row0 + r;
     if (row < rows && c < kDv) {
       const uint4 val = *reinterpret_cast<const uint4*>(smem + kSmemQ + ((ewarp_row0 + r) * kQRow + c) * 2);
-      u16* dst = p.o + batch * p.o_batch_stride + (i64)query_of(row) * p.o_row_stride +
-                 (i64)head_of(row) * p.o_head_stride + c;
+      u16* dst = o_base + (i64)query_of(row) * p.o_row_stride + (i64)head_of(row) * p.o_head_stride + c;
       *reinterpret_cast<uint4*>(dst) = val;
     }
   }

@@ -1,8 +1,10 @@
 """fa4gen for PyTorch: FA4's `flash_attn_func` interface over fa4gen's C ABI (ctypes, no build
 step). Kernels are ahead-of-time cubins: no JIT, no warm-up plan.
 
-    from fa4gen import flash_attn_func
+    from fa4gen import flash_attn_func, flash_attn_varlen_func
     out, lse = flash_attn_func(q, k, v, causal=True, return_lse=True)
+    out, _ = flash_attn_varlen_func(q, k, v, cu_seqlens_q=cu_q, max_seqlen_q=mq, page_table=pt,
+                                    seqused_k=used_k, learnable_sink=sinks, softcap=30.0)
 
 Finds the shared library at $FA4GEN_LIB, next to this package, or in the repository's
 target/release/; the kernels at $FA4GEN_KERNELS, next to this package (kernels/), or in the
@@ -54,7 +56,22 @@ class _Problem(ctypes.Structure):
         ("return_lse", ctypes.c_int32),
         ("pack_gqa", ctypes.c_int32),
         ("num_splits", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
+        ("has_sinks", ctypes.c_int32),
+        ("total_q", ctypes.c_int64),
+        ("total_k", ctypes.c_int64),
+        ("has_seqused_q", ctypes.c_int32),
+        ("has_seqused_k", ctypes.c_int32),
+        ("page_size", ctypes.c_int64),
+        ("num_pages", ctypes.c_int64),
+        ("pages_per_seq", ctypes.c_int64),
+        ("page_table_stride", ctypes.c_int64),
     ]
+
+
+class _SeqPtrs(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_void_p) for n in
+                ("cu_seqlens_q", "cu_seqlens_k", "seqused_q", "seqused_k", "page_table", "sinks")]
 
 
 _lock = threading.Lock()
@@ -84,10 +101,13 @@ def _load():
         lib.fa4gen_supports.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)]
         lib.fa4gen_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem), ctypes.c_char_p, ctypes.c_uint64]
         lib.fa4gen_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)] + [ctypes.c_void_p] * 6
-        for f in ("fa4gen_open", "fa4gen_supports", "fa4gen_kernel_name", "fa4gen_forward"):
+        lib.fa4gen_forward_ext.argtypes = ([ctypes.c_void_p, ctypes.POINTER(_Problem)] + [ctypes.c_void_p] * 5
+                                           + [ctypes.POINTER(_SeqPtrs), ctypes.c_void_p, ctypes.c_uint64,
+                                              ctypes.c_void_p])
+        for f in ("fa4gen_open", "fa4gen_supports", "fa4gen_kernel_name", "fa4gen_forward", "fa4gen_forward_ext"):
             getattr(lib, f).restype = ctypes.c_int
-        if lib.fa4gen_abi_version() != 1:
-            raise FA4GenError(LIBRARY, f"{path} has ABI {lib.fa4gen_abi_version()}, this package speaks 1")
+        if lib.fa4gen_abi_version() != 2:
+            raise FA4GenError(LIBRARY, f"{path} has ABI {lib.fa4gen_abi_version()}, this package speaks 2")
         _lib = lib
         return lib
 
@@ -135,15 +155,13 @@ def _prepare(t, name):
     return t
 
 
-def _problem(q, k, v, o_strides, softmax_scale, causal, window_size, pack_gqa, return_lse, num_splits):
+def _problem(shape, strides, softmax_scale, causal, window_size, pack_gqa, return_lse, num_splits):
     p = _Problem()
-    b, sq, h, d = q.shape
-    _, sk, hkv, dv = v.shape
-    p.dtype = _DTYPES[q.dtype]
+    b, sq, sk, h, hkv, d, dv, dtype = shape
+    p.dtype = _DTYPES[dtype]
     p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv, p.head_dim, p.head_dim_v = b, sq, sk, h, hkv, d, dv
-    for field, strides in (("q_strides", q.stride()), ("k_strides", k.stride()), ("v_strides", v.stride()),
-                           ("o_strides", o_strides)):
-        getattr(p, field)[:] = strides[:3]
+    for field, st in zip(("q_strides", "k_strides", "v_strides", "o_strides"), strides):
+        getattr(p, field)[:] = st
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     p.causal = int(bool(causal))
     wl, wr = window_size if window_size is not None else (None, None)
@@ -152,7 +170,147 @@ def _problem(q, k, v, o_strides, softmax_scale, causal, window_size, pack_gqa, r
     p.return_lse = int(bool(return_lse))
     p.pack_gqa = -1 if pack_gqa is None else int(bool(pack_gqa))
     p.num_splits = int(num_splits)
+    p.total_q = p.total_k = -1
     return p
+
+
+def _unsupported_hooks(qv, gather_kv_indices, **hooks):
+    _not_built("qv (MLA absorbed)", qv, None, "for MLA")
+    _not_built("gather_kv_indices", gather_kv_indices, None, "for sparse KV")
+    for name, value in hooks.items():
+        _not_built(name, value, None, "for FlexAttention-style hooks")
+
+
+def _check_tensor(name, t, dims):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor")
+    if not t.is_cuda:
+        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    if t.dim() != dims:
+        raise ValueError(f"{name} must be {dims}-d, got shape {tuple(t.shape)}")
+
+
+def _int32_vector(name, t, n, device):
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int32 or t.dim() != 1:
+        raise ValueError(f"{name} must be a 1-d torch.int32 tensor")
+    if t.device != device:
+        raise ValueError(f"{name} must be on {device}, got {t.device}")
+    if t.shape[0] != n:
+        raise ValueError(f"{name} must have {n} elements, got {t.shape[0]}")
+    return t.contiguous()
+
+
+def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
+         page_table, softmax_scale, causal, window_size, learnable_sink, softcap, num_splits, pack_gqa,
+         return_lse, out, lse):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v) if isinstance(t, torch.Tensor)):
+        raise NotImplementedError("the backward pass is not built in fa4gen: call under torch.no_grad() "
+                                  "or with tensors that do not require grad")
+    q_packed, k_packed, paged = cu_seqlens_q is not None, cu_seqlens_k is not None, page_table is not None
+    _check_tensor("q", q, 3 if q_packed else 4)
+    _check_tensor("k", k, 3 if k_packed and not paged else 4)
+    _check_tensor("v", v, k.dim())
+    if paged and k_packed:
+        raise ValueError("page_table and cu_seqlens_k cannot be used together")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in _DTYPES:
+        raise ValueError(f"dtype {q.dtype} is not supported: use torch.bfloat16 or torch.float16")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    dev = q.device
+    h, d = q.shape[-2:]
+    hkv, dk = k.shape[-2:]
+    dv = v.shape[-1]
+    if v.shape[:-1] != k.shape[:-1]:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree on their leading dims")
+    if dk != d:
+        raise ValueError(f"q head_dim {d} != k head_dim {dk}")
+    if hkv == 0 or h % hkv:
+        raise ValueError(f"heads ({h}) must be divisible by heads_kv ({hkv})")
+    # Batch size: from whichever per-sequence array is given, else q's leading dim.
+    if q_packed:
+        b = cu_seqlens_q.shape[0] - 1 if isinstance(cu_seqlens_q, torch.Tensor) else -1
+    elif k_packed:
+        b = cu_seqlens_k.shape[0] - 1 if isinstance(cu_seqlens_k, torch.Tensor) else -1
+    elif paged:
+        b = page_table.shape[0] if isinstance(page_table, torch.Tensor) else -1
+    else:
+        b = q.shape[0]
+    if b < 0:
+        raise ValueError("cu_seqlens / page_table must be torch tensors")
+    if not q_packed and q.shape[0] != b:
+        raise ValueError(f"q has batch {q.shape[0]}, the sequence arrays say {b}")
+    cu_seqlens_q = _int32_vector("cu_seqlens_q", cu_seqlens_q, b + 1, dev)
+    cu_seqlens_k = _int32_vector("cu_seqlens_k", cu_seqlens_k, b + 1, dev)
+    seqused_q = _int32_vector("seqused_q", seqused_q, b, dev)
+    seqused_k = _int32_vector("seqused_k", seqused_k, b, dev)
+    if q_packed:
+        total_q = q.shape[0]
+        if max_seqlen_q is None:  # FA4 wants a host int; derive it (one device sync) if absent
+            max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item()) if b > 0 else 0
+        sq = int(max_seqlen_q)
+    else:
+        sq = q.shape[1]
+    if paged:
+        if not isinstance(page_table, torch.Tensor) or page_table.dtype != torch.int32 or page_table.dim() != 2:
+            raise ValueError("page_table must be a 2-d torch.int32 tensor (batch, pages_per_seq)")
+        if page_table.device != dev or page_table.stride(-1) != 1:
+            raise ValueError(f"page_table must be on {dev} with a contiguous last dim")
+        num_pages, page_size = k.shape[0], k.shape[1]
+        sk = page_table.shape[1] * page_size
+    elif k_packed:
+        if max_seqlen_k is None:
+            max_seqlen_k = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item()) if b > 0 else 0
+        sk = int(max_seqlen_k)
+    else:
+        if k.shape[0] != b:
+            raise ValueError(f"k has batch {k.shape[0]}, q {b}")
+        sk = k.shape[1]
+    q, k, v = (_prepare(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
+    o_shape = (q.shape[0], h, dv) if q_packed else (b, sq, h, dv)
+    if out is None:
+        out = torch.empty(o_shape, dtype=q.dtype, device=dev)
+    elif tuple(out.shape) != o_shape or out.dtype != q.dtype or out.device != dev or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {o_shape} on {dev}")
+    lse_shape = (h, q.shape[0]) if q_packed else (b, h, sq)
+    if return_lse:
+        if lse is None:
+            lse = torch.empty(lse_shape, dtype=torch.float32, device=dev)
+        elif tuple(lse.shape) != lse_shape or lse.dtype != torch.float32 or lse.device != dev or not lse.is_contiguous():
+            raise ValueError(f"lse must be a contiguous float32 tensor of shape {lse_shape} on {dev}")
+    else:
+        lse = None
+    sinks = None
+    if learnable_sink is not None:
+        if not isinstance(learnable_sink, torch.Tensor) or tuple(learnable_sink.shape) != (h,):
+            raise ValueError(f"learnable_sink must be a tensor of shape ({h},)")
+        if learnable_sink.dtype not in (torch.float32, torch.bfloat16, torch.float16) or learnable_sink.device != dev:
+            raise ValueError(f"learnable_sink must be fp32/bf16/fp16 on {dev}")
+        sinks = learnable_sink.to(torch.float32).contiguous()
+    s4 = lambda t: (0,) + tuple(t.stride()) if t.dim() == 3 else tuple(t.stride())[:3]  # noqa: E731
+    p = _problem((b, sq, sk, h, hkv, d, dv, q.dtype), (s4(q)[:3], s4(k)[:3], s4(v)[:3], s4(out)[:3]),
+                 softmax_scale, causal, window_size, pack_gqa, return_lse, num_splits)
+    p.softcap = float(softcap or 0.0)
+    p.has_sinks = int(sinks is not None)
+    if q_packed:
+        p.total_q = q.shape[0]
+    if k_packed:
+        p.total_k = k.shape[0]
+    p.has_seqused_q = int(seqused_q is not None)
+    p.has_seqused_k = int(seqused_k is not None)
+    if paged:
+        p.page_size, p.num_pages = page_size, num_pages
+        p.pages_per_seq, p.page_table_stride = page_table.shape[1], page_table.stride(0)
+    ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+    extra = _SeqPtrs(ptr(cu_seqlens_q), ptr(cu_seqlens_k), ptr(seqused_q), ptr(seqused_k), ptr(page_table), ptr(sinks))
+    handle = _handle(dev)
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    _check(_lib.fa4gen_forward_ext(handle, ctypes.byref(p), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                   lse.data_ptr() if lse is not None else None, ctypes.byref(extra), None, 0, stream))
+    return out, lse
 
 
 def flash_attn_func(
@@ -183,73 +341,74 @@ def flash_attn_func(
     """Attention forward with flash_attn.cute's signature and return convention:
     q (B, Sq, H, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) -> (out (B, Sq, H, Dv), lse (B, H, Sq)
     fp32 or None). `out=` / `lse=` optionally receive preallocated outputs (contiguous)."""
-    _not_built("learnable_sink", learnable_sink, None, 5)
-    _not_built("softcap", softcap, 0.0, 5)
-    _not_built("qv (MLA absorbed)", qv, None, "for MLA")
-    _not_built("gather_kv_indices", gather_kv_indices, None, "for sparse KV")
-    for name, value in (("score_mod", score_mod), ("score_mod_bwd", score_mod_bwd), ("mask_mod", mask_mod),
-                        ("aux_tensors", aux_tensors), ("block_sparse_tensors", block_sparse_tensors),
-                        ("block_sparse_tensors_bwd", block_sparse_tensors_bwd)):
-        _not_built(name, value, None, "for FlexAttention-style hooks")
-    if num_splits > 1:
-        raise NotImplementedError("split-KV (num_splits > 1) is not built yet in fa4gen (issue 6)")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        raise NotImplementedError("the backward pass is not built in fa4gen: call under torch.no_grad() "
-                                  "or with tensors that do not require grad")
+    _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod,
+                       aux_tensors=aux_tensors, block_sparse_tensors=block_sparse_tensors,
+                       block_sparse_tensors_bwd=block_sparse_tensors_bwd)
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor")
-        if not t.is_cuda:
-            raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
-        if t.dim() != 4:
-            raise ValueError(f"{name} must be 4-d (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.dtype not in _DTYPES:
-        raise ValueError(f"dtype {q.dtype} is not supported: use torch.bfloat16 or torch.float16")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    b, sq, h, d = q.shape
-    bk, sk, hkv, dk = k.shape
-    bv, skv, hkv_v, dv = v.shape
-    if bk != b or bv != b:
-        raise ValueError(f"batch sizes differ: q {b}, k {bk}, v {bv}")
-    if skv != sk or hkv_v != hkv:
-        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} disagree on seqlen_k or heads_kv")
-    if dk != d:
-        raise ValueError(f"q head_dim {d} != k head_dim {dk}")
-    if hkv == 0 or h % hkv:
-        raise ValueError(f"heads ({h}) must be divisible by heads_kv ({hkv})")
-    q, k, v = (_prepare(t, n) for t, n in ((q, "q"), (k, "k"), (v, "v")))
-    if out is None:
-        out = torch.empty((b, sq, h, dv), dtype=q.dtype, device=q.device)
-    elif out.shape != (b, sq, h, dv) or out.dtype != q.dtype or out.device != q.device or not out.is_contiguous():
-        raise ValueError(f"out must be a contiguous {q.dtype} tensor of shape {(b, sq, h, dv)} on {q.device}")
-    if return_lse:
-        if lse is None:
-            lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
-        elif lse.shape != (b, h, sq) or lse.dtype != torch.float32 or lse.device != q.device or not lse.is_contiguous():
-            raise ValueError(f"lse must be a contiguous float32 tensor of shape {(b, h, sq)} on {q.device}")
-    else:
-        lse = None
-    p = _problem(q, k, v, out.stride(), softmax_scale, causal, window_size, pack_gqa, return_lse, num_splits)
-    handle = _handle(q.device)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
-    _check(_lib.fa4gen_forward(handle, ctypes.byref(p), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                               lse.data_ptr() if lse is not None else None, stream))
-    return out, lse
+        _check_tensor(name, t, 4)
+    return _run(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_q=None,
+                seqused_k=None, page_table=None, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                learnable_sink=learnable_sink, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
+                return_lse=return_lse, out=out, lse=lse)
+
+
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    qv=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    min_seqlen_k=None,
+    seqused_q=None,
+    seqused_k=None,
+    gather_kv_indices=None,
+    page_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(None, None),
+    learnable_sink=None,
+    softcap=0.0,
+    num_splits=1,
+    pack_gqa=None,
+    deterministic=False,
+    score_mod=None,
+    score_mod_bwd=None,
+    mask_mod=None,
+    block_sparse_tensors=None,
+    aux_tensors=None,
+    aux_scalars=None,
+    return_lse=False,
+    scheduler_metadata=None,
+    seqlen_k_per_split=None,
+    disable_scheduler_metadata=False,
+    *,
+    out=None,
+    lse=None,
+):
+    """flash_attn.cute's varlen entry point: q (total_q, H, D) with cu_seqlens_q (or batched with
+    seqused_q), k/v (total_k, Hkv, D) with cu_seqlens_k, batched with seqused_k, or paged
+    (num_pages, page_size, Hkv, D) with page_table (B, pages_per_seq). Returns (out, lse) with out
+    shaped like q (Dv last) and lse (H, total_q) or (B, H, Sq). max_seqlen_* should be host ints
+    (derived with one device sync when omitted)."""
+    _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod,
+                       aux_tensors=aux_tensors, aux_scalars=aux_scalars, block_sparse_tensors=block_sparse_tensors,
+                       scheduler_metadata=scheduler_metadata, seqlen_k_per_split=seqlen_k_per_split)
+    return _run(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table,
+                softmax_scale=softmax_scale, causal=causal, window_size=window_size, learnable_sink=learnable_sink,
+                softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, lse=lse)
 
 
 def kernel_name(q, k, v, causal=False, window_size=(None, None), pack_gqa=None, return_lse=False):
     """The stem of the kernel flash_attn_func would run for these tensors."""
-    b, sq, h, _ = q.shape
-    dv = v.shape[-1]
-    p = _problem(q, k, v, (sq * h * dv, h * dv, dv), None, causal, window_size, pack_gqa, return_lse, 1)
+    b, sq, h, d = q.shape
+    _, sk, hkv, dv = v.shape
+    p = _problem((b, sq, sk, h, hkv, d, dv, q.dtype),
+                 (q.stride()[:3], k.stride()[:3], v.stride()[:3], (sq * h * dv, h * dv, dv)),
+                 None, causal, window_size, pack_gqa, return_lse, 1)
     buf = ctypes.create_string_buffer(256)
     _check(_load().fa4gen_kernel_name(_handle(q.device), ctypes.byref(p), buf, 256))
     return buf.value.decode()
-
-
-def flash_attn_varlen_func(q, k, v, *args, **kwargs):
-    """flash_attn.cute's varlen entry point: not built yet."""
-    raise NotImplementedError("varlen attention (cu_seqlens / seqused / page_table) is not built yet in fa4gen (issue 5)")

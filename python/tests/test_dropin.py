@@ -34,7 +34,9 @@ def visible(sq, sk, causal, window, device):
     return m
 
 
-def reference(q, k, v, scale, causal, window, upcast):
+def reference(q, k, v, scale, causal, window, upcast, softcap=0.0, sinks=None):
+    """FA4's attention_ref: softcap after the scale, the sink as an extra logit column that only
+    joins the denominator (and the LSE)."""
     g = q.shape[2] // k.shape[2]
     k = k.repeat_interleave(g, dim=2)
     v = v.repeat_interleave(g, dim=2)
@@ -44,12 +46,103 @@ def reference(q, k, v, scale, causal, window, upcast):
         s = torch.einsum("bthd,bshd->bhts", q, k) * scale
     else:
         s = torch.einsum("bthd,bshd->bhts", q, k * scale)
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     s = s.masked_fill(~vis, float("-inf"))
+    if sinks is not None:
+        col = sinks.to(s.dtype).view(1, -1, 1, 1).expand(s.shape[0], s.shape[1], s.shape[2], 1)
+        s = torch.cat([s, col], dim=-1)
     lse = torch.logsumexp(s.double(), dim=-1) if upcast else None
     p = torch.softmax(s, dim=-1).to(v.dtype)
-    p = p.masked_fill(~vis.any(-1, keepdim=True), 0.0)  # rows that see nothing: 0
+    if sinks is not None:
+        p = p[..., :-1]
+    p = p.masked_fill(~vis.any(-1, keepdim=True), 0.0)  # rows that see no key: 0
     out = torch.einsum("bhts,bshd->bthd", p, v)
     return out, lse
+
+
+def oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse):
+    ref16 = ref.to(dtype)
+    err = (o.double() - ref16.double()).abs().max().item() if o.numel() else 0.0
+    pt_err = (pt.double() - ref16.double()).abs().max().item() if o.numel() else 0.0
+    atol = 2 * ((ref16 + 0.3 - 0.3) - ref16).abs().max().item() if o.numel() else 0.0
+    bound = (3 if softcap else 2) * pt_err + atol
+    if o.numel() and not torch.isfinite(o).all():
+        return name, "non-finite output (unwritten or NaN)", 0
+    if err > bound:
+        return name, f"max|out-ref| {err:.3e} > {bound:.3e}", 0
+    if want_lse and l.numel():
+        r = ref_lse
+        fin = torch.isfinite(r)
+        if not torch.equal(torch.isneginf(l.double()), ~fin):
+            return name, "lse -inf pattern differs from the reference", 0
+        rel = ((l.double() - r).abs() / r.abs().clamp(min=1))[fin].max().item() if fin.any() else 0.0
+        if rel > 1e-3:
+            return name, f"lse relative error {rel:.2e}", 0
+    return name, None, err / max(bound, 1e-30)
+
+
+def run_varlen_case(rng, device):
+    """A ragged batch through flash_attn_varlen_func: packed q, and k/v packed, batched with
+    seqused_k or paged (shuffled pages); sinks, softcap, windows and splits at random. Each
+    sequence is checked against the reference computed on it alone."""
+    d, dv = rng.choice([(64, 64), (128, 128), (192, 128)])
+    dtype = rng.choice([torch.bfloat16, torch.float16])
+    nseq = rng.choice([1, 2, 5, 9])
+    lens = [(rng.choice([0, 1, 7, 64, 113, 300, 777]), rng.choice([0, 1, 7, 64, 128, 300, 1000])) for _ in range(nseq)]
+    hkv, g = rng.choice([1, 2]), rng.choice([1, 4, 8])
+    h = hkv * g
+    causal = rng.random() < 0.4
+    window = (rng.randrange(0, 256), 0) if rng.random() < 0.25 else (None, None)
+    k_mode = rng.choice(["packed", "seqused", "paged"])
+    page = rng.choice([1, 16, 64, 128])
+    softcap = rng.choice([0.0, 0.0, 15.0, 30.0])
+    sinks = torch.randn(h, device=device) * 2 if rng.random() < 0.4 else None
+    splits = rng.choice([1, 1, 0, 3, 17])
+    qs = [torch.randn(sq, h, d, device=device, dtype=dtype) for sq, _ in lens]
+    ks = [torch.randn(sk, hkv, d, device=device, dtype=dtype) for _, sk in lens]
+    vs = [torch.randn(sk, hkv, dv, device=device, dtype=dtype) for _, sk in lens]
+    cu = lambda xs: torch.tensor([0] + list(__import__("itertools").accumulate(xs)), dtype=torch.int32, device=device)  # noqa: E731
+    cu_q = cu([sq for sq, _ in lens])
+    q = torch.cat(qs) if qs else torch.empty(0, h, d, device=device, dtype=dtype)
+    kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=max(sq for sq, _ in lens))
+    max_sk = max(sk for _, sk in lens)
+    if k_mode == "packed":
+        k, v = torch.cat(ks), torch.cat(vs)
+        kw.update(cu_seqlens_k=cu([sk for _, sk in lens]), max_seqlen_k=max_sk)
+    elif k_mode == "seqused":
+        k = torch.randn(nseq, max(max_sk, 1), hkv, d, device=device, dtype=dtype)
+        v = torch.randn(nseq, max(max_sk, 1), hkv, dv, device=device, dtype=dtype)
+        for i, (_, sk) in enumerate(lens):
+            k[i, :sk], v[i, :sk] = ks[i], vs[i]
+        kw.update(seqused_k=torch.tensor([sk for _, sk in lens], dtype=torch.int32, device=device))
+    else:
+        pps = max(1, -(-max_sk // page))
+        num_pages = nseq * pps + 2
+        perm = torch.randperm(num_pages, device=device)[: nseq * pps].to(torch.int32).view(nseq, pps)
+        k = torch.randn(num_pages, page, hkv, d, device=device, dtype=dtype)
+        v = torch.randn(num_pages, page, hkv, dv, device=device, dtype=dtype)
+        for i, (_, sk) in enumerate(lens):
+            for j0 in range(0, sk, page):
+                n = min(page, sk - j0)
+                k[perm[i, j0 // page], :n], v[perm[i, j0 // page], :n] = ks[i][j0:j0 + n], vs[i][j0:j0 + n]
+        kw.update(page_table=perm, seqused_k=torch.tensor([sk for _, sk in lens], dtype=torch.int32, device=device))
+    out = torch.full((q.shape[0], h, dv), float("nan"), device=device, dtype=dtype)
+    lse = torch.full((h, q.shape[0]), float("nan"), device=device, dtype=torch.float32)
+    o, l = fa4gen.flash_attn_varlen_func(q, k, v, causal=causal, window_size=window, learnable_sink=sinks,
+                                         softcap=softcap, num_splits=splits, return_lse=True, out=out, lse=lse, **kw)
+    name = (f"varlen {dtype} d{d}x{dv} H{h}/{hkv} lens={lens} k={k_mode} page={page} causal={causal} "
+            f"window={window} softcap={softcap} sinks={sinks is not None} splits={splits}")
+    s = 1 / math.sqrt(d)
+    refs, ref_lses, pts = [], [], []
+    for i, (sq, sk) in enumerate(lens):
+        qi, ki, vi = qs[i][None], ks[i][None], vs[i][None]
+        r, rl = reference(qi, ki, vi, s, causal, window, True, softcap, sinks)
+        pt, _ = reference(qi, ki, vi, s, causal, window, False, softcap, sinks)
+        refs.append(r[0]), ref_lses.append(rl[0]), pts.append(pt[0])
+    ref, pt = torch.cat(refs), torch.cat(pts)
+    ref_lse = torch.cat(ref_lses, dim=-1)
+    return oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, True)
 
 
 def run_case(rng, device):
@@ -69,6 +162,9 @@ def run_case(rng, device):
     pack = rng.choice([None, None, False]) if g > 1 else None
     want_lse = rng.random() < 0.6
     scale = rng.choice([None, 0.5 / math.sqrt(d)])
+    softcap = rng.choice([0.0, 0.0, 0.0, 15.0, 30.0])
+    sinks = torch.randn(g * hkv, device=device) * 2 if rng.random() < 0.3 else None
+    splits = rng.choice([1, 1, 1, 0, 2, 5])
     q = torch.randn(b, sq, g * hkv, d, device=device, dtype=dtype)
     k = torch.randn(b, sk, hkv, d, device=device, dtype=dtype)
     v = torch.randn(b, sk, hkv, dv, device=device, dtype=dtype)
@@ -77,28 +173,14 @@ def run_case(rng, device):
     out = torch.full((b, sq, g * hkv, dv), float("nan"), device=device, dtype=dtype)
     lse = torch.full((b, g * hkv, sq), float("nan"), device=device, dtype=torch.float32) if want_lse else None
     o, l = fa4gen.flash_attn_func(q, k, v, softmax_scale=scale, causal=causal, window_size=window, pack_gqa=pack,
+                                  learnable_sink=sinks, softcap=softcap, num_splits=splits,
                                   return_lse=want_lse, out=out, lse=lse)
     s = scale if scale is not None else 1 / math.sqrt(d)
-    ref, ref_lse = reference(q, k, v, s, causal, window, upcast=True)
-    pt, _ = reference(q, k, v, s, causal, window, upcast=False)
-    ref16 = ref.to(dtype)
-    err = (o.double() - ref16.double()).abs().max().item() if o.numel() else 0.0
-    pt_err = (pt.double() - ref16.double()).abs().max().item() if o.numel() else 0.0
-    atol = 2 * ((ref16 + 0.3 - 0.3) - ref16).abs().max().item() if o.numel() else 0.0
-    name = f"{dtype} d{d}x{dv} B{b} Sq{sq} Sk{sk} H{g*hkv}/{hkv} {kind}{window} pack={pack} lse={want_lse} scale={scale}"
-    if o.numel() and not torch.isfinite(o).all():
-        return name, "non-finite output (unwritten or NaN)", 0
-    if err > 2 * pt_err + atol:
-        return name, f"max|out-ref| {err:.3e} > {2 * pt_err + atol:.3e}", 0
-    if want_lse and l.numel():
-        r = ref_lse
-        fin = torch.isfinite(r)
-        if not torch.equal(torch.isneginf(l.double()), ~fin):
-            return name, "lse -inf pattern differs from the reference", 0
-        rel = ((l.double() - r).abs() / r.abs().clamp(min=1))[fin].max().item() if fin.any() else 0.0
-        if rel > 1e-3:
-            return name, f"lse relative error {rel:.2e}", 0
-    return name, None, err / max(2 * pt_err + atol, 1e-30)
+    ref, ref_lse = reference(q, k, v, s, causal, window, True, softcap, sinks)
+    pt, _ = reference(q, k, v, s, causal, window, False, softcap, sinks)
+    name = (f"{dtype} d{d}x{dv} B{b} Sq{sq} Sk{sk} H{g*hkv}/{hkv} {kind}{window} pack={pack} lse={want_lse} "
+            f"scale={scale} softcap={softcap} sinks={sinks is not None} splits={splits}")
+    return oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse)
 
 
 def bad_inputs(device):
@@ -122,11 +204,26 @@ def bad_inputs(device):
                                                         torch.randn(1, 4, 2, 512, device=device, dtype=bf)), ValueError),
         ("k/v seqlen mismatch", lambda: fa4gen.flash_attn_func(q, k, k[:, :8]), ValueError),
         ("negative scale", lambda: fa4gen.flash_attn_func(q, k, k, softmax_scale=float("nan")), ValueError),
-        ("softcap", lambda: fa4gen.flash_attn_func(q, k, k, softcap=15.0), NotImplementedError),
-        ("sink", lambda: fa4gen.flash_attn_func(q, k, k, learnable_sink=torch.zeros(4, device=device)), NotImplementedError),
-        ("num_splits 3", lambda: fa4gen.flash_attn_func(q, k, k, num_splits=3), NotImplementedError),
+        ("negative softcap", lambda: fa4gen.flash_attn_func(q, k, k, softcap=-15.0), ValueError),
+        ("sink wrong shape", lambda: fa4gen.flash_attn_func(q, k, k, learnable_sink=torch.zeros(3, device=device)), ValueError),
+        ("sink on cpu", lambda: fa4gen.flash_attn_func(q, k, k, learnable_sink=torch.zeros(4)), ValueError),
+        ("num_splits 300", lambda: fa4gen.flash_attn_func(q, k, k, num_splits=300), ValueError),
         ("score_mod", lambda: fa4gen.flash_attn_func(q, k, k, score_mod=lambda *a: a), NotImplementedError),
-        ("varlen", lambda: fa4gen.flash_attn_varlen_func(q, k, k), NotImplementedError),
+        ("varlen 4-d q with cu_seqlens_q", lambda: fa4gen.flash_attn_varlen_func(
+            q, k, k, cu_seqlens_q=torch.tensor([0, 16], dtype=torch.int32, device=device)), ValueError),
+        ("cu_seqlens int64", lambda: fa4gen.flash_attn_varlen_func(
+            q[0], k[0], k[0], cu_seqlens_q=torch.tensor([0, 16], device=device),
+            cu_seqlens_k=torch.tensor([0, 16], device=device)), ValueError),
+        ("cu_seqlens wrong length", lambda: fa4gen.flash_attn_varlen_func(
+            q[0], k[0], k[0], cu_seqlens_q=torch.tensor([0, 16], dtype=torch.int32, device=device),
+            cu_seqlens_k=torch.tensor([0, 8, 16], dtype=torch.int32, device=device)), ValueError),
+        ("page_table with cu_seqlens_k", lambda: fa4gen.flash_attn_varlen_func(
+            q, k, k, cu_seqlens_k=torch.tensor([0, 16], dtype=torch.int32, device=device),
+            page_table=torch.zeros(1, 1, dtype=torch.int32, device=device)), ValueError),
+        ("page_table int64", lambda: fa4gen.flash_attn_varlen_func(
+            q, k, k, page_table=torch.zeros(1, 1, dtype=torch.int64, device=device)), ValueError),
+        ("seqused_k wrong length", lambda: fa4gen.flash_attn_varlen_func(
+            q, k, k, seqused_k=torch.tensor([3, 4], dtype=torch.int32, device=device)), ValueError),
         ("requires grad", lambda: fa4gen.flash_attn_func(q.clone().requires_grad_(), k, k), NotImplementedError),
         ("out wrong shape", lambda: fa4gen.flash_attn_func(q, k, k, out=torch.empty(1, 16, 4, 32, device=device, dtype=bf)), ValueError),
         ("lse wrong dtype", lambda: fa4gen.flash_attn_func(q, k, k, return_lse=True,
@@ -146,7 +243,8 @@ def bad_inputs(device):
     lib = fa4gen._load()
     h = fa4gen._handle(q.device)
     out = torch.empty(1, 16, 4, 64, device=device, dtype=bf)
-    p = fa4gen._problem(q, k, k, out.stride(), None, False, (None, None), None, True, 1)
+    p = fa4gen._problem((1, 16, 16, 4, 2, 64, 64, bf), (q.stride()[:3], k.stride()[:3], k.stride()[:3],
+                                                        out.stride()[:3]), None, False, (None, None), None, True, 1)
     for name, args, want in [
         ("misaligned q", (q.data_ptr() + 2, k.data_ptr(), k.data_ptr(), out.data_ptr(), 0), fa4gen.INVALID_ARGUMENT),
         ("null lse with return_lse", (q.data_ptr(), k.data_ptr(), k.data_ptr(), out.data_ptr(), None), fa4gen.INVALID_ARGUMENT),
@@ -167,8 +265,8 @@ def main():
     failures, worst = [], 0.0
     t = time.time()
     with torch.no_grad():
-        for _ in range(n):
-            name, why, ratio = run_case(rng, device)
+        for i in range(n):
+            name, why, ratio = (run_varlen_case if i % 3 == 2 else run_case)(rng, device)
             worst = max(worst, ratio)
             if why:
                 failures.append(f"{name}: {why}")

@@ -16,11 +16,34 @@ use std::ffi::c_void;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+/// (bytes, partial-O elements) of the split-KV scratch for `splits` (0 bytes when unsplit).
+fn split_workspace(p: &Problem, splits: u32) -> (usize, usize) {
+    if splits <= 1 {
+        return (0, 0);
+    }
+    let rows = splits as usize * p.total_q() * p.heads;
+    let o = rows * p.head_dim_v;
+    ((o + rows) * 4, o)
+}
+
 /// A loaded kernel: its function handle (keeping its module alive) and launch geometry.
 struct Loaded {
     func: CudaFunction,
+    /// The split-KV combine kernel of the same module (split specs only).
+    combine: Option<CudaFunction>,
     threads: u32,
     smem_bytes: u32,
+}
+
+/// Threads of the combine kernel: one warp per (query, head), 4 per CTA.
+const COMBINE_THREADS: u32 = 128;
+const COMBINE_ROWS_PER_CTA: u32 = 4;
+
+/// A split-KV workspace owned by the handle, one per stream (kernels on different streams may
+/// run at once), grown on demand and reused: no allocation on the hot path.
+struct Workspace {
+    ptr: u64,
+    bytes: usize,
 }
 
 pub struct FlashAttention {
@@ -28,18 +51,47 @@ pub struct FlashAttention {
     ctx: Arc<CudaContext>,
     device: DeviceInfo,
     cache: Mutex<HashMap<KernelSpec, Arc<Loaded>>>,
+    workspaces: Mutex<HashMap<usize, Workspace>>,
     #[cfg(feature = "jit")]
     jit: Option<super::jit::Jit>,
 }
 
-/// Device pointers of one call (`CUdeviceptr`s); `lse` may be 0 when not requested.
-#[derive(Clone, Copy, Debug)]
+impl Drop for FlashAttention {
+    fn drop(&mut self) {
+        let ws = self.workspaces.get_mut().unwrap_or_else(|p| p.into_inner());
+        if ws.is_empty() || self.ctx.bind_to_thread().is_err() {
+            return;
+        }
+        for (_, w) in ws.drain() {
+            // SAFETY: allocated by cuMemAlloc in this context; cuMemFree waits for its users.
+            let _ = unsafe { cudarc::driver::result::free_sync(w.ptr) };
+        }
+    }
+}
+
+/// Device pointers of one call (`CUdeviceptr`s); 0 where absent. `lse` is needed when
+/// `return_lse`; the serving-feature arrays exactly when the `Problem` declares them.
+#[derive(Clone, Copy, Debug, Default)]
 pub struct RawPtrs {
     pub q: u64,
     pub k: u64,
     pub v: u64,
     pub o: u64,
     pub lse: u64,
+    /// int32 (B+1), when `varlen.total_q` / `varlen.total_k` are set.
+    pub cu_seqlens_q: u64,
+    pub cu_seqlens_k: u64,
+    /// int32 (B), when `varlen.seqused_q` / `varlen.seqused_k` are set.
+    pub seqused_q: u64,
+    pub seqused_k: u64,
+    /// int32 (B, pages_per_seq) with row stride `paged.page_table_stride`, when paged.
+    pub page_table: u64,
+    /// fp32 (H), when `sinks`.
+    pub sinks: u64,
+    /// Split-KV scratch of `workspace_bytes` bytes (see [`FlashAttention::workspace_bytes`]);
+    /// 0 lets the handle use its own per-stream workspace.
+    pub workspace: u64,
+    pub workspace_bytes: usize,
 }
 
 impl FlashAttention {
@@ -70,6 +122,7 @@ impl FlashAttention {
             ctx,
             device,
             cache: Mutex::new(HashMap::new()),
+            workspaces: Mutex::new(HashMap::new()),
             #[cfg(feature = "jit")]
             jit: None,
         })
@@ -80,6 +133,28 @@ impl FlashAttention {
     pub fn with_jit(mut self, jit: super::jit::Jit) -> FlashAttention {
         self.jit = Some(jit);
         self
+    }
+
+    /// Compile, in parallel, the kernels of `problems` that the library lacks, so that the
+    /// first calls do not pay for it one at a time (`jit` feature). Returns how many compiled.
+    #[cfg(feature = "jit")]
+    pub fn prepare(&self, problems: &[Problem]) -> Result<usize, Error> {
+        use rayon::prelude::*;
+        let Some(jit) = &self.jit else {
+            return Ok(0);
+        };
+        let mut specs: Vec<KernelSpec> = problems
+            .iter()
+            .filter_map(|p| self.plan(p).ok())
+            .map(|(_, s)| s.spec)
+            .filter(|s| self.lib.entry(&s.stem()).is_none())
+            .collect();
+        specs.sort();
+        specs.dedup();
+        specs
+            .par_iter()
+            .try_for_each(|s| jit.cubin(s).map(|_| ()))?;
+        Ok(specs.len())
     }
 
     /// Open the library for the device of `ctx` under a `generated/`-style root
@@ -147,6 +222,15 @@ impl FlashAttention {
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .call("cuModuleLoadData")?;
         let func = module.load_function(&symbol).call("cuModuleGetFunction")?;
+        let combine = if spec.feat.split {
+            Some(
+                module
+                    .load_function(&format!("{symbol}_combine"))
+                    .call("cuModuleGetFunction")?,
+            )
+        } else {
+            None
+        };
         func.set_attribute(
             sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             smem_bytes as i32,
@@ -154,6 +238,7 @@ impl FlashAttention {
         .call("cuFuncSetAttribute")?;
         let k = Arc::new(Loaded {
             func,
+            combine,
             threads,
             smem_bytes,
         });
@@ -161,12 +246,59 @@ impl FlashAttention {
         Ok(k)
     }
 
+    /// Bytes of split-KV scratch a problem needs (0 when selection does not split it): fp32
+    /// partial O `(splits, total_q, H, Dv)` then partial LSE `(splits, H, total_q)`.
+    pub fn workspace_bytes(&self, problem: &Problem) -> Result<usize, Error> {
+        let (_, sel) = self.plan(problem)?;
+        Ok(split_workspace(problem, sel.num_splits).0)
+    }
+
+    /// The handle's workspace for `stream`, at least `bytes` long.
+    fn workspace_for(&self, stream: sys::CUstream, bytes: usize) -> Result<u64, Error> {
+        let mut ws = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
+        let key = stream as usize;
+        if let Some(w) = ws.get(&key)
+            && w.bytes >= bytes
+        {
+            return Ok(w.ptr);
+        }
+        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: queries the capture state of the caller's stream.
+        unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+            .result()
+            .call("cuStreamIsCapturing")?;
+        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            return Err(Error::invalid(
+                "workspace",
+                format!("{bytes} bytes needed while the stream is being captured"),
+                "a split-KV workspace that exists before capture: run the shape once before capturing, or pass RawPtrs::workspace",
+            ));
+        }
+        if let Some(old) = ws.remove(&key) {
+            // SAFETY: the stream's earlier kernels may still read it: wait for them first.
+            unsafe {
+                sys::cuStreamSynchronize(stream)
+                    .result()
+                    .call("cuStreamSynchronize")?;
+                cudarc::driver::result::free_sync(old.ptr).call("cuMemFree")?;
+            }
+        }
+        // Round up so that slowly growing shapes do not reallocate each call.
+        let bytes = bytes.next_power_of_two().max(1 << 20);
+        // SAFETY: the context is current (bound by the caller).
+        let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes) }.call("cuMemAlloc")?;
+        ws.insert(key, Workspace { ptr, bytes });
+        Ok(ptr)
+    }
+
     /// Run attention on raw device pointers on `stream`.
     ///
     /// # Safety
     /// The pointers must be device memory of this context holding at least the extents
-    /// [`Problem::extents`] reports, 16-byte aligned (checked), live until the stream's work
-    /// completes; `lse` must be valid when `return_lse` is set.
+    /// [`Problem::extents`] reports (the feature arrays their documented shapes, with page
+    /// indices below `num_pages` and sequence offsets within the tensors), 16-byte aligned
+    /// (checked), live until the stream's work completes; `lse` must be valid when
+    /// `return_lse` is set.
     pub unsafe fn forward_raw(
         &self,
         stream: sys::CUstream,
@@ -174,15 +306,17 @@ impl FlashAttention {
         ptrs: RawPtrs,
     ) -> Result<(), Error> {
         let (v, sel) = self.plan(problem)?;
-        for (field, ptr, align) in [
-            ("q", ptrs.q, 16),
-            ("k", ptrs.k, 16),
-            ("v", ptrs.v, 16),
-            ("out", ptrs.o, 16),
-            ("lse", ptrs.lse, 4),
+        let [qn, kn, vn, on, ln] = problem.extents()?;
+        for (field, ptr, align, len) in [
+            ("q", ptrs.q, 16, qn),
+            ("k", ptrs.k, 16, kn),
+            ("v", ptrs.v, 16, vn),
+            ("out", ptrs.o, 16, on),
+            ("lse", ptrs.lse, 4, ln),
         ] {
-            let needed = field != "lse" || problem.return_lse;
-            if needed && (ptr == 0 || ptr % align != 0) {
+            // An empty tensor (e.g. no keys at all) may be null; anything else may not.
+            let needed = (field != "lse" || problem.return_lse) && len > 0;
+            if needed && (ptr == 0 || !ptr.is_multiple_of(align)) {
                 return Err(Error::invalid(
                     field,
                     format!("pointer {ptr:#x}"),
@@ -190,11 +324,45 @@ impl FlashAttention {
                 ));
             }
         }
+        let vl = problem.varlen.unwrap_or_default();
+        for (field, ptr, declared) in [
+            ("cu_seqlens_q", ptrs.cu_seqlens_q, vl.total_q.is_some()),
+            ("cu_seqlens_k", ptrs.cu_seqlens_k, vl.total_k.is_some()),
+            ("seqused_q", ptrs.seqused_q, vl.seqused_q),
+            ("seqused_k", ptrs.seqused_k, vl.seqused_k),
+            ("page_table", ptrs.page_table, problem.paged.is_some()),
+            ("learnable_sink", ptrs.sinks, problem.sinks),
+        ] {
+            if declared && (ptr == 0 || !ptr.is_multiple_of(4)) {
+                return Err(Error::invalid(
+                    field,
+                    format!("pointer {ptr:#x}"),
+                    "a non-null, 4-byte aligned device pointer (the problem declares this array)",
+                ));
+            }
+            if !declared && ptr != 0 {
+                return Err(Error::invalid(
+                    field,
+                    format!("pointer {ptr:#x}"),
+                    "null: the problem does not declare this array (set Problem::varlen / paged / sinks)",
+                ));
+            }
+        }
+        let (ws_bytes, o_part_elems) = split_workspace(problem, sel.num_splits);
+        if ptrs.workspace != 0
+            && (!ptrs.workspace.is_multiple_of(16) || ptrs.workspace_bytes < ws_bytes)
+        {
+            return Err(Error::invalid(
+                "workspace",
+                format!("{:#x} ({} bytes)", ptrs.workspace, ptrs.workspace_bytes),
+                format!("16-byte aligned and at least {ws_bytes} bytes for this problem"),
+            ));
+        }
         self.ctx.bind_to_thread().call("cuCtxSetCurrent")?;
-        if problem.batch == 0 || problem.seqlen_q == 0 {
+        if problem.batch == 0 || problem.seqlen_q == 0 || problem.total_q() == 0 {
             return Ok(()); // no output elements
         }
-        if problem.seqlen_k == 0 && problem.out_is_dense() {
+        if problem.seqlen_k == 0 && problem.out_is_dense() && !problem.sinks {
             // Nothing to attend to: out = 0, LSE = -inf, without a kernel.
             let [_, _, _, o_len, lse_len] = problem.extents()?;
             // SAFETY: the caller guarantees out/lse hold these extents on this context.
@@ -212,14 +380,33 @@ impl FlashAttention {
         }
         // Loaded only when a launch follows: degenerate calls above need no module.
         let kernel = self.load(&sel.spec)?;
-        let params = FwdParams {
+        let mut params = FwdParams {
             q: ptrs.q,
             k: ptrs.k,
             v: ptrs.v,
             o: ptrs.o,
             lse: if problem.return_lse { ptrs.lse } else { 0 },
+            cu_seqlens_q: ptrs.cu_seqlens_q,
+            cu_seqlens_k: ptrs.cu_seqlens_k,
+            seqused_q: ptrs.seqused_q,
+            seqused_k: ptrs.seqused_k,
+            page_table: ptrs.page_table,
+            sinks: ptrs.sinks,
+            num_splits: sel.num_splits as i32,
             ..v.params
         };
+        if sel.num_splits > 1 {
+            let ws = if ptrs.workspace != 0 {
+                ptrs.workspace
+            } else {
+                self.workspace_for(stream, ws_bytes)?
+            };
+            let total_q = problem.total_q() as i64;
+            params.o_partial = ws;
+            params.lse_partial = ws + (o_part_elems * 4) as u64;
+            params.o_partial_split_stride = total_q * (problem.heads * problem.head_dim_v) as i64;
+            params.lse_partial_split_stride = total_q * problem.heads as i64;
+        }
         let mut args = [&params as *const FwdParams as *mut c_void];
         // SAFETY: the function was loaded from a verified cubin of this spec; its one parameter
         // is an fa4::FwdParams, whose layout the kernel static_asserts against this struct.
@@ -233,7 +420,28 @@ impl FlashAttention {
                 &mut args,
             )
         }
-        .call("cuLaunchKernel")
+        .call("cuLaunchKernel")?;
+        if let Some(combine) = &kernel.combine {
+            let grid = (
+                (problem.seqlen_q as u32).div_ceil(COMBINE_ROWS_PER_CTA),
+                problem.heads as u32,
+                problem.batch as u32,
+            );
+            // SAFETY: the combine kernel of the same verified module, same parameter block;
+            // it runs after the forward on the same stream.
+            unsafe {
+                cudarc::driver::result::launch_kernel(
+                    combine.cu_function(),
+                    grid,
+                    (COMBINE_THREADS, 1, 1),
+                    0,
+                    stream,
+                    &mut args,
+                )
+            }
+            .call("cuLaunchKernel")?;
+        }
+        Ok(())
     }
 
     /// Run attention on cudarc buffers (elements as raw 16-bit words, in `problem.dtype`),
@@ -248,6 +456,24 @@ impl FlashAttention {
         v: &CudaSlice<u16>,
         out: &mut CudaSlice<u16>,
         lse: Option<&mut CudaSlice<f32>>,
+    ) -> Result<(), Error> {
+        self.forward_varlen(stream, problem, q, k, v, out, lse, &SeqBuffers::default())
+    }
+
+    /// [`forward`](Self::forward) with the serving features' arrays: ragged batches
+    /// (`cu_seqlens_*`, `seqused_*`), a page table, sinks. Each buffer must be present exactly
+    /// when the problem declares it, and long enough (checked).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_varlen(
+        &self,
+        stream: &CudaStream,
+        problem: &Problem,
+        q: &CudaSlice<u16>,
+        k: &CudaSlice<u16>,
+        v: &CudaSlice<u16>,
+        out: &mut CudaSlice<u16>,
+        lse: Option<&mut CudaSlice<f32>>,
+        extra: &SeqBuffers<'_>,
     ) -> Result<(), Error> {
         let [qn, kn, vn, on, ln] = problem.extents()?;
         for (field, have, need) in [
@@ -277,10 +503,36 @@ impl FlashAttention {
                     return Err(Error::invalid(
                         "lse",
                         format!("buffer of {} elements", l.len()),
-                        format!("at least B*H*Sq = {ln} elements"),
+                        format!("at least {ln} elements (B*H*Sq, or H*total_q when packed)"),
                     ));
                 }
                 Some(_) => {}
+            }
+        }
+        let b = problem.batch;
+        let pages = problem.paged.map_or(0, |pg| {
+            (b.max(1) - 1) * pg.page_table_stride + pg.pages_per_seq
+        });
+        for (field, have, need) in [
+            ("cu_seqlens_q", extra.cu_seqlens_q.map(|x| x.len()), b + 1),
+            ("cu_seqlens_k", extra.cu_seqlens_k.map(|x| x.len()), b + 1),
+            ("seqused_q", extra.seqused_q.map(|x| x.len()), b),
+            ("seqused_k", extra.seqused_k.map(|x| x.len()), b),
+            ("page_table", extra.page_table.map(|x| x.len()), pages),
+            (
+                "learnable_sink",
+                extra.sinks.map(|x| x.len()),
+                problem.heads,
+            ),
+        ] {
+            if let Some(have) = have
+                && have < need
+            {
+                return Err(Error::invalid(
+                    field,
+                    format!("buffer of {have} elements"),
+                    format!("at least {need} elements"),
+                ));
             }
         }
         // The guards order our launch after earlier writes to these buffers and record our use
@@ -292,14 +544,40 @@ impl FlashAttention {
         let lse_guard = lse
             .filter(|_| problem.return_lse)
             .map(|l| l.device_ptr_mut(stream));
+        let (cq, ck, uq, uk, pt) = (
+            extra.cu_seqlens_q.map(|x| x.device_ptr(stream)),
+            extra.cu_seqlens_k.map(|x| x.device_ptr(stream)),
+            extra.seqused_q.map(|x| x.device_ptr(stream)),
+            extra.seqused_k.map(|x| x.device_ptr(stream)),
+            extra.page_table.map(|x| x.device_ptr(stream)),
+        );
+        let sk = extra.sinks.map(|x| x.device_ptr(stream));
         let ptrs = RawPtrs {
             q: q_ptr,
             k: k_ptr,
             v: v_ptr,
             o: o_ptr,
             lse: lse_guard.as_ref().map_or(0, |g| g.0),
+            cu_seqlens_q: cq.as_ref().map_or(0, |g| g.0),
+            cu_seqlens_k: ck.as_ref().map_or(0, |g| g.0),
+            seqused_q: uq.as_ref().map_or(0, |g| g.0),
+            seqused_k: uk.as_ref().map_or(0, |g| g.0),
+            page_table: pt.as_ref().map_or(0, |g| g.0),
+            sinks: sk.as_ref().map_or(0, |g| g.0),
+            ..RawPtrs::default()
         };
         // SAFETY: the buffers are live device allocations of at least the extents checked above.
         unsafe { self.forward_raw(stream.cu_stream(), problem, ptrs) }
     }
+}
+
+/// The serving features' device arrays for [`FlashAttention::forward_varlen`] (None: absent).
+#[derive(Clone, Copy, Default)]
+pub struct SeqBuffers<'a> {
+    pub cu_seqlens_q: Option<&'a CudaSlice<i32>>,
+    pub cu_seqlens_k: Option<&'a CudaSlice<i32>>,
+    pub seqused_q: Option<&'a CudaSlice<i32>>,
+    pub seqused_k: Option<&'a CudaSlice<i32>>,
+    pub page_table: Option<&'a CudaSlice<i32>>,
+    pub sinks: Option<&'a CudaSlice<f32>>,
 }

@@ -7,10 +7,10 @@ pub mod jit;
 mod library;
 mod problem;
 
-pub use attention::{FlashAttention, RawPtrs};
+pub use attention::{FlashAttention, RawPtrs, SeqBuffers};
 pub use error::Error;
 pub use library::KernelLibrary;
-pub use problem::{Problem, Strides, Validated, resolve_mask};
+pub use problem::{Paged, Problem, Strides, Validated, Varlen, resolve_mask};
 
 /// Whether a CUDA driver can be loaded here (cudarc panics on first use otherwise).
 pub fn driver_present() -> bool {

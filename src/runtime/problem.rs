@@ -40,6 +40,35 @@ impl Strides {
     }
 }
 
+/// A ragged batch (FA4's varlen): which per-sequence arrays the call passes. `batch` is then the
+/// number of sequences and `seqlen_q` / `seqlen_k` the longest (FA4's `max_seqlen_q/k`, host
+/// integers: they size the grid and drive selection, never read back from the device).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Varlen {
+    /// `cu_seqlens_q` (int32, B+1) is passed: q and out are packed `(total_q, H, D)`, the LSE
+    /// `(H, total_q)`; only the row and head strides apply.
+    pub total_q: Option<usize>,
+    /// `cu_seqlens_k` (int32, B+1) is passed: k and v are packed `(total_k, Hkv, D)`.
+    pub total_k: Option<usize>,
+    /// `seqused_q` (int32, B) is passed: sequence b uses its first `seqused_q[b]` queries.
+    pub seqused_q: bool,
+    /// `seqused_k` (int32, B) is passed: sequence b uses its first `seqused_k[b]` keys.
+    pub seqused_k: bool,
+}
+
+/// Paged K/V: k and v are `(num_pages, page_size, Hkv, D)` (their `batch` stride is the page
+/// stride) and sequence b's key j lives in page `page_table[b, j / page_size]`. Without
+/// `seqused_k` every sequence has `seqlen_k` keys (FA4: `pages_per_seq * page_size`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Paged {
+    pub page_size: usize,
+    pub num_pages: usize,
+    /// Columns of the `(B, pages_per_seq)` int32 page table.
+    pub pages_per_seq: usize,
+    /// Elements between the page table's rows (default: `pages_per_seq`).
+    pub page_table_stride: usize,
+}
+
 /// One forward call. Build with [`Problem::new`] (contiguous tensors, default scale, no mask)
 /// and adjust the public fields.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,6 +97,17 @@ pub struct Problem {
     pub k_strides: Strides,
     pub v_strides: Strides,
     pub o_strides: Strides,
+    /// Soft-capping value c (`0`: off): scores become `c * tanh(scale * qk / c)`.
+    pub softcap: f32,
+    /// A per-head fp32 sink logit array (H) is passed (gpt-oss's learnable sinks).
+    pub sinks: bool,
+    /// FA4's `num_splits`: 1 runs unsplit, `> 1` splits K into exactly that many ranges
+    /// (at most 256), `< 1` lets selection choose (FA4's heuristic, DESIGN.md §5).
+    pub num_splits: i32,
+    /// Ragged batch (`cu_seqlens_*`, `seqused_*`).
+    pub varlen: Option<Varlen>,
+    /// Paged K/V through a page table.
+    pub paged: Option<Paged>,
 }
 
 impl Problem {
@@ -102,7 +142,24 @@ impl Problem {
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),
             o_strides: Strides::contiguous(seqlen_q, heads, head_dim_v),
+            softcap: 0.0,
+            sinks: false,
+            num_splits: 1,
+            varlen: None,
+            paged: None,
         }
+    }
+
+    /// Rows of q/out across the batch: `total_q` when packed, else `B * Sq`.
+    pub fn total_q(&self) -> usize {
+        self.varlen
+            .and_then(|v| v.total_q)
+            .unwrap_or(self.batch * self.seqlen_q)
+    }
+
+    /// Whether the kernel must read per-sequence lengths or offsets.
+    pub fn is_varlen(&self) -> bool {
+        self.varlen.is_some_and(|v| v != Varlen::default())
     }
 }
 
@@ -136,6 +193,8 @@ pub struct Validated {
     pub mask: Mask,
     pub group: usize,
     pub scale: f32,
+    /// `num_splits` as asked (`< 1`: the heuristic decides in `select`).
+    pub num_splits: i32,
     /// FwdParams with every field but the pointers filled in.
     pub params: FwdParams,
 }
@@ -231,6 +290,71 @@ impl Problem {
                 ));
             }
         }
+        if !(self.softcap.is_finite() && self.softcap >= 0.0) {
+            return Err(Error::invalid(
+                "softcap",
+                self.softcap,
+                "0 (off) or a finite value > 0",
+            ));
+        }
+        if self.num_splits > 256 {
+            return Err(Error::invalid(
+                "num_splits",
+                self.num_splits,
+                "at most 256 (1: no split, < 1: heuristic)",
+            ));
+        }
+        if self.batch * (self.num_splits.max(1) as usize) > 65535 {
+            return Err(Error::invalid(
+                "num_splits",
+                self.num_splits,
+                format!("batch * num_splits <= 65535 (batch {})", self.batch),
+            ));
+        }
+        if let Some(v) = self.varlen {
+            for (field, t) in [("cu_seqlens_q", v.total_q), ("cu_seqlens_k", v.total_k)] {
+                if let Some(t) = t
+                    && t > I32_MAX / 2
+                {
+                    return Err(Error::invalid(field, t, "total rows < 2^30"));
+                }
+            }
+            if v.total_k.is_some() && self.paged.is_some() {
+                return Err(Error::invalid(
+                    "cu_seqlens_k",
+                    "given with a page_table",
+                    "either cu_seqlens_k or a page table (FA4: incompatible)",
+                ));
+            }
+        }
+        if let Some(pg) = self.paged {
+            check_range("page_size", pg.page_size, 1, 1 << 20, "keys per page")?;
+            check_range("num_pages", pg.num_pages, 1, I32_MAX, "pages in k/v")?;
+            check_range(
+                "pages_per_seq",
+                pg.pages_per_seq,
+                1,
+                I32_MAX,
+                "page table columns",
+            )?;
+            if pg.page_table_stride < pg.pages_per_seq {
+                return Err(Error::invalid(
+                    "page_table_stride",
+                    pg.page_table_stride,
+                    format!("at least pages_per_seq = {}", pg.pages_per_seq),
+                ));
+            }
+            if self.seqlen_k > pg.pages_per_seq * pg.page_size {
+                return Err(Error::invalid(
+                    "seqlen_k",
+                    self.seqlen_k,
+                    format!(
+                        "at most pages_per_seq * page_size = {}",
+                        pg.pages_per_seq * pg.page_size
+                    ),
+                ));
+            }
+        }
         let group = self.heads / self.heads_kv;
         if self.seqlen_q * group > I32_MAX / 2 {
             return Err(Error::invalid(
@@ -266,21 +390,38 @@ impl Problem {
             group: group as i32,
             window_left: clamp(wl),
             window_right: clamp(wr),
-            scale_log2: scale * std::f32::consts::LOG2_E,
+            scale_log2: if self.softcap > 0.0 {
+                self.softcap * std::f32::consts::LOG2_E
+            } else {
+                scale * std::f32::consts::LOG2_E
+            },
+            softcap_scale: if self.softcap > 0.0 {
+                scale / self.softcap
+            } else {
+                0.0
+            },
+            page_size: self.paged.map_or(0, |pg| pg.page_size as i32),
+            page_table_batch_stride: self.paged.map_or(0, |pg| pg.page_table_stride as i64),
             ..FwdParams::default()
         };
+        let mut params = params;
+        if let Some(total_q) = self.varlen.and_then(|v| v.total_q) {
+            params.lse_head_stride = total_q as i64; // LSE (H, total_q)
+        }
         Ok(Validated {
             mask,
             group,
             scale,
+            num_splits: self.num_splits,
             params,
         })
     }
 
-    /// Elements the q, k, v, out buffers must hold, and the LSE's (B * H * Sq).
+    /// Elements the q, k, v, out buffers must hold, and the LSE's (B * H * Sq, or
+    /// H * total_q when q is packed).
     pub fn extents(&self) -> Result<[usize; 5], Error> {
-        let e = |name: &'static str, s: &Strides, sl: usize, h: usize, d: usize| {
-            s.extent(self.batch, sl, h, d).ok_or_else(|| {
+        let e = |name: &'static str, s: &Strides, b: usize, sl: usize, h: usize, d: usize| {
+            s.extent(b, sl, h, d).ok_or_else(|| {
                 Error::invalid(
                     name,
                     format!("{s:?}"),
@@ -288,42 +429,57 @@ impl Problem {
                 )
             })
         };
+        // Packed tensors are one "batch" of total rows; pages are a batch of page_size rows.
+        let (qb, qs) = match self.varlen.and_then(|v| v.total_q) {
+            Some(t) => (1, t),
+            None => (self.batch, self.seqlen_q),
+        };
+        let (kb, ks) = match (self.paged, self.varlen.and_then(|v| v.total_k)) {
+            (Some(pg), _) => (pg.num_pages, pg.page_size),
+            (None, Some(t)) => (1, t),
+            (None, None) => (self.batch, self.seqlen_k),
+        };
         Ok([
             e(
                 "q_strides",
                 &self.q_strides,
-                self.seqlen_q,
+                qb,
+                qs,
                 self.heads,
                 self.head_dim,
             )?,
             e(
                 "k_strides",
                 &self.k_strides,
-                self.seqlen_k,
+                kb,
+                ks,
                 self.heads_kv,
                 self.head_dim,
             )?,
             e(
                 "v_strides",
                 &self.v_strides,
-                self.seqlen_k,
+                kb,
+                ks,
                 self.heads_kv,
                 self.head_dim_v,
             )?,
             e(
                 "o_strides",
                 &self.o_strides,
-                self.seqlen_q,
+                qb,
+                qs,
                 self.heads,
                 self.head_dim_v,
             )?,
-            self.batch * self.heads * self.seqlen_q,
+            self.heads * self.total_q(),
         ])
     }
 
     /// Whether out is exactly a dense `(B, Sq, H, Dv)` block (then it can be memset).
     pub(crate) fn out_is_dense(&self) -> bool {
-        self.o_strides == Strides::contiguous(self.seqlen_q, self.heads, self.head_dim_v)
+        !self.is_varlen()
+            && self.o_strides == Strides::contiguous(self.seqlen_q, self.heads, self.head_dim_v)
     }
 }
 

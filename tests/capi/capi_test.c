@@ -131,8 +131,12 @@ int main(int argc, char** argv) {
   CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "H %% Hkv");
   bad = p; bad.q_strides[1] = 7;
   CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "stride 7");
-  bad = p; bad.num_splits = 3;
-  CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_UNSUPPORTED, "num_splits 3");
+  bad = p; bad.num_splits = 300;
+  CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "num_splits 300");
+  bad = p; bad.has_sinks = 1; /* declared, but no array passed */
+  CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "sinks without array");
+  bad = p; bad.total_q = 5; bad.page_size = 16; bad.num_pages = 1; bad.pages_per_seq = 1; /* seqlen_k > 16 */
+  CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "paged seqlen_k");
   CHECK(fa4gen_forward(h, &p, (char*)dq + 2, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "misaligned q");
   CHECK(fa4gen_forward(h, &p, dq, dk, dv, dout, NULL, s) == FA4GEN_ERR_INVALID_ARGUMENT, "null lse");
   CHECK(fa4gen_forward(h, NULL, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "null problem");

@@ -3,9 +3,10 @@
 use fa4gen::codegen::{self, Rendered};
 use fa4gen::compile;
 use fa4gen::manifest::{CubinInfo, Manifest};
+use fa4gen::model::ModelAttention;
 use fa4gen::nvrtc::Nvrtc;
 use fa4gen::render::sha256_hex;
-use fa4gen::{Arch, plan};
+use fa4gen::{Arch, KernelSpec, plan};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use std::path::Path;
@@ -17,7 +18,8 @@ pub struct GenArgs {
     /// Arch family: sm90, sm100f, sm120 or all.
     #[arg(long)]
     arch: String,
-    /// Plan to build.
+    /// Plan to build: a name (default, tiles, a shipped model such as gpt-oss-20b), a Hugging
+    /// Face config.json (its model plan) or a text file of kernel stems, one per line.
     #[arg(long, default_value = "default")]
     plan: String,
     /// Parallel NVRTC compiles (default: one per core).
@@ -29,6 +31,42 @@ pub struct GenArgs {
     /// Recompile every kernel even if its cubin is up to date.
     #[arg(long)]
     force: bool,
+}
+
+/// A plan by name or file: (the name its directory takes, its specs for `arch`).
+pub fn resolve_plan(plan: &str, arch: Arch) -> Result<(String, Vec<KernelSpec>), String> {
+    let path = Path::new(plan);
+    if !path.is_file() {
+        return Ok((
+            plan.to_string(),
+            plan::plan(plan, arch).map_err(|e| e.to_string())?,
+        ));
+    }
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .ok_or_else(|| format!("{plan}: no file name"))?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{plan}: {e}"))?;
+    let mut specs: Vec<KernelSpec> = if plan.ends_with(".json") {
+        ModelAttention::from_hf_config(&text)
+            .map_err(|e| format!("{plan}: {e}"))?
+            .plan(arch)
+    } else {
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(|l| l.parse::<KernelSpec>().map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .filter(|s| s.arch == arch)
+            .collect()
+    };
+    for s in &specs {
+        s.can_implement().map_err(|e| format!("{plan}: {e}"))?;
+    }
+    specs.sort_by_key(|s| s.stem());
+    specs.dedup();
+    Ok((name, specs))
 }
 
 pub fn run(a: GenArgs) -> Result<(), String> {
@@ -44,10 +82,10 @@ pub fn run(a: GenArgs) -> Result<(), String> {
     if a.check {
         let mut problems = Vec::new();
         for &arch in &arches {
-            let specs = plan::plan(&a.plan, arch).map_err(|e| e.to_string())?;
+            let (name, specs) = resolve_plan(&a.plan, arch)?;
             let rendered = codegen::render_all(&specs).map_err(|e| e.to_string())?;
-            let dir = codegen::out_dir(&generated, &a.plan, arch);
-            problems.extend(codegen::check_dir(&dir, arch, &a.plan, &rendered));
+            let dir = codegen::out_dir(&generated, &name, arch);
+            problems.extend(codegen::check_dir(&dir, arch, &name, &rendered));
         }
         if problems.is_empty() {
             println!(
@@ -84,13 +122,13 @@ pub fn run(a: GenArgs) -> Result<(), String> {
 
     let mut all_seconds = Vec::new();
     for &arch in &arches {
-        let specs = plan::plan(&a.plan, arch).map_err(|e| e.to_string())?;
+        let (name, specs) = resolve_plan(&a.plan, arch)?;
         let rendered = codegen::render_all(&specs).map_err(|e| e.to_string())?;
-        let dir = codegen::out_dir(&generated, &a.plan, arch);
+        let dir = codegen::out_dir(&generated, &name, arch);
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         remove_orphans(&dir, &rendered)?;
         let previous = Manifest::read(&dir).ok();
-        let mut manifest = codegen::source_manifest(arch, &a.plan, &rendered);
+        let mut manifest = codegen::source_manifest(arch, &name, &rendered);
         manifest.nvrtc = format!("{vmaj}.{vmin}");
 
         for r in &rendered {

@@ -3,9 +3,11 @@
 //! gen    render a plan into generated/<arch>/ and compile every kernel to a cubin with NVRTC
 //! stage  build the test binaries and copy them with the cubins into .stage/ for the H200
 //! bench  stage, then run the benchmark steps of scripts/gpu-check.sh (here if there is a GPU)
+//! plan   derive a model's kernel set from its Hugging Face config.json
 
 mod bench_cmd;
 mod gen_cmd;
+mod plan_cmd;
 mod stage_cmd;
 
 use clap::{Parser, Subcommand};
@@ -27,6 +29,8 @@ enum Cmd {
     Stage(stage_cmd::StageArgs),
     /// Stage, then run the benchmark (here with a GPU, else print the command for the GPU host).
     Bench(bench_cmd::BenchArgs),
+    /// Derive the kernel set a model needs from its Hugging Face config.json.
+    Plan(plan_cmd::PlanArgs),
 }
 
 /// The workspace root (xtask lives one level below it).
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
         Cmd::Gen(a) => gen_cmd::run(a),
         Cmd::Stage(a) => stage_cmd::run(a),
         Cmd::Bench(a) => bench_cmd::run(a),
+        Cmd::Plan(a) => plan_cmd::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -34,7 +34,16 @@ pub fn run(a: StageArgs) -> Result<(), String> {
     // Test binaries, then the examples as
     // programs (built by `cargo build`: under `cargo test` they would be test harnesses).
     for args in [
-        &["test", "--release", "--no-run", "--lib", "--tests"][..],
+        // jit on: the feature tests compile kernels no plan ships, in parallel, on the GPU host.
+        &[
+            "test",
+            "--release",
+            "--no-run",
+            "--lib",
+            "--tests",
+            "--features",
+            "jit",
+        ][..],
         &[
             "build",
             "--release",

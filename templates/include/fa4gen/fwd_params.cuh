@@ -11,18 +11,33 @@ struct FwdParams {
   const u16* k;  // (B, Sk, Hkv, D)
   const u16* v;  // (B, Sk, Hkv, Dv)
   u16* o;        // (B, Sq, H, Dv)
-  float* lse;    // (B, H, Sq) fp32; written only by kernels with the lse flag
+  float* lse;    // (B, H, Sq) fp32, (H, total_q) varlen; written only by kernels with the lse flag
+
+  // Serving features, read only by kernels with the matching flag.
+  const int* cu_seqlens_q;  // varlen: (B+1) row offsets into packed (total, H, D) q/out; may be null
+  const int* cu_seqlens_k;  // varlen: the same for k/v; may be null
+  const int* seqused_q;     // varlen: (B) valid query rows per sequence; may be null
+  const int* seqused_k;     // varlen/paged: (B) valid keys per sequence; may be null
+  const int* page_table;    // paged: (B, max_pages); k/v are (pages, page_size, Hkv, D)
+  const float* sinks;       // sink: (H) logits, natural-log units, not scaled
+  float* o_partial;         // split: (splits, rows, H, Dv) fp32, normalised per split
+  float* lse_partial;       // split: (splits, <LSE layout>) fp32
 
   i64 q_batch_stride, q_row_stride, q_head_stride;
   i64 k_batch_stride, k_row_stride, k_head_stride;
   i64 v_batch_stride, v_row_stride, v_head_stride;
   i64 o_batch_stride, o_row_stride, o_head_stride;
   i64 lse_batch_stride, lse_head_stride;
+  i64 page_table_batch_stride;
+  i64 o_partial_split_stride, lse_partial_split_stride;
 
   int batch, seqlen_q, seqlen_k, heads, heads_kv;
   int group;                      // heads / heads_kv
   int window_left, window_right;  // Local kernels; an unbounded side is seqlen_q + seqlen_k
-  float scale_log2;               // softmax_scale * log2(e)
+  int page_size;                  // paged: keys per page
+  int num_splits;                 // split: K ranges (gridDim.z = batch * num_splits)
+  float scale_log2;               // exp2 multiplier of a score: scale*log2(e), or softcap*log2(e)
+  float softcap_scale;            // softcap: scale / softcap; the score is tanh(qk * softcap_scale)
 };
 
 }  // namespace fa4

@@ -56,9 +56,13 @@ struct OnlineSoftmax {
       }
   }
 
-  // Complete each row's sum across its quad. Afterwards inv_sum() normalises O and lse() is
-  // the natural-log log-sum-exp of the scaled scores (-inf for a row that saw no key).
-  FA4_DEVICE void finalize() {
+  // Complete each row's sum across its quad and fold in the row's sink logit, if any
+  // (sink_log2(mt, h) = sink * log2(e); only called when kSink). Afterwards inv_sum() is the
+  // factor that normalises O and lse() the natural-log log-sum-exp of the scaled scores (and the
+  // sink): -inf and 0 for a row that saw nothing. With a sink the softmax runs at
+  // max(row max, sink): P = exp(x - M) / (sum exp(x - M) + exp(sink - M)).
+  template <bool kSink, class SinkLog2>
+  FA4_DEVICE void finalize(float scale_log2, SinkLog2 sink_log2) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -66,17 +70,30 @@ struct OnlineSoftmax {
         float l = row_sum[mt][h];
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
-        row_sum[mt][h] = l;
+        const float m = row_max[mt][h] == neg_inf() ? neg_inf() : row_max[mt][h] * scale_log2;
+        float inv, lse2;
+        if constexpr (kSink) {
+          const float s = sink_log2(mt, h);
+          const float top = fmaxf(m, s);
+          if (top == neg_inf()) {
+            inv = 0.f;
+            lse2 = neg_inf();
+          } else {
+            const float a = fast_exp2(m - top);  // 0 when the row saw no key
+            const float total = l * a + fast_exp2(s - top);
+            inv = a * fast_rcp(total);
+            lse2 = top + fast_log2(total);
+          }
+        } else {
+          inv = l > 0.f ? fast_rcp(l) : 0.f;
+          lse2 = l > 0.f ? m + fast_log2(l) : neg_inf();
+        }
+        row_sum[mt][h] = inv;
+        row_max[mt][h] = lse2 * kLn2;
       }
   }
-  FA4_DEVICE float inv_sum(int mt, int h) const {
-    const float l = row_sum[mt][h];
-    return l > 0.f ? fast_rcp(l) : 0.f;
-  }
-  FA4_DEVICE float lse(int mt, int h, float scale_log2) const {
-    const float l = row_sum[mt][h];
-    return l > 0.f ? (row_max[mt][h] * scale_log2 + fast_log2(l)) * kLn2 : neg_inf();
-  }
+  FA4_DEVICE float inv_sum(int mt, int h) const { return row_sum[mt][h]; }
+  FA4_DEVICE float lse(int mt, int h) const { return row_max[mt][h]; }
 };
 
 }  // namespace fa4

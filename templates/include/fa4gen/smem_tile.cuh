@@ -68,6 +68,33 @@ FA4_DEVICE void load_rows_async(u32 smem, const u16* g_row0, i64 g_row_stride, i
   }
 }
 
+// The same copy for rows at arbitrary offsets (paged K/V with pages shorter than a tile):
+// row_off(r) is the element offset of row r from `base`, asked only for rows below rows_valid.
+template <int ROWS, int COLS, int STRIDE, int NTHREADS, class RowOff>
+FA4_DEVICE void load_rows_gather_async(u32 smem, const u16* base, RowOff row_off, int rows_valid,
+                                       int cols_valid) {
+  const int tid = thread_index_fresh();
+  constexpr int kChunksPerRow = COLS / 8;
+  if constexpr (NTHREADS % kChunksPerRow == 0) {
+    constexpr int kRowStep = NTHREADS / kChunksPerRow;
+    constexpr int kIters = (ROWS + kRowStep - 1) / kRowStep;
+    const int r0 = tid / kChunksPerRow, c = (tid % kChunksPerRow) * 8;
+    const u32 dst = smem + (r0 * STRIDE + c) * 2;
+    const bool col_ok = c < cols_valid;
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int r = r0 + it * kRowStep;
+      if (ROWS % kRowStep == 0 || r < ROWS) {
+        const bool ok = col_ok && r < rows_valid;
+        cp_async_16_zfill(dst + it * kRowStep * STRIDE * 2, base + (ok ? row_off(r) + c : 0), ok);
+      }
+    }
+  } else {
+    load_tile_async<ROWS, COLS, STRIDE, NTHREADS>(
+        smem, [&](int r) { return r < rows_valid ? base + row_off(r) : nullptr; }, cols_valid, base, tid);
+  }
+}
+
 // Per-lane byte offsets (relative to a tile's base) for ldmatrix.x4, for a 16x16 block whose
 // top-left element is (r0, c0); r0/c0 are compile-time in the unrolled GEMM loops, so the
 // offsets fold into the instruction's immediate.

@@ -1,0 +1,294 @@
+//! Model plans: the attention a Hugging Face model needs, read from its `config.json`, and the
+//! kernel set that serves it in an engine (prefill, chunked prefill with a prefix cache, decode).
+//!
+//! What a config decides: the dtype, head dims (qk, v; MLA's `qk_nope + qk_rope` / `v_head_dim`),
+//! the GQA group, which layers are full and which slide (`layer_types`, `sliding_window`,
+//! `use_sliding_window`, `sliding_window_pattern`), learnable sinks (gpt-oss) and the logit
+//! softcap (`attn_logit_softcapping`). The scale, window size and softcap value are run-time
+//! values and never multiply the kernel count.
+//!
+//! What an engine calls, per attention kind (full: causal; sliding: causal + window = local):
+//! - dense batches (`flash_attn_func`) and ragged ones (`cu_seqlens`/`seqused`: varlen);
+//! - K/V from a paged cache, with ragged or batched queries (paged, paged + varlen);
+//! - with and without LSE (LSE for cascade / chunk merging);
+//! - unsplit and split-KV (decode and long-K chunks);
+//!
+//! each at every q_stage the family's selection can ask for, GQA packed when G > 1 (selection's
+//! default).
+
+use crate::arch::Arch;
+use crate::spec::{DType, Features, KernelSpec, Mask};
+use crate::tiles::{self, SpecClass};
+use serde_json::Value;
+
+/// The attention of a model, as its kernels see it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelAttention {
+    pub model_type: String,
+    pub dtype: DType,
+    pub heads: u32,
+    pub heads_kv: u32,
+    pub head_dim: u32,
+    pub head_dim_v: u32,
+    /// Layers with full (causal) attention.
+    pub full_layers: bool,
+    /// Window size of the sliding layers, if any.
+    pub sliding_window: Option<u32>,
+    pub sinks: bool,
+    pub softcap: Option<f32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config is not JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("config field `{field}`: {why}")]
+    Field { field: &'static str, why: String },
+}
+
+fn field_err(field: &'static str, why: impl Into<String>) -> ConfigError {
+    ConfigError::Field {
+        field,
+        why: why.into(),
+    }
+}
+
+fn uint(cfg: &Value, field: &'static str) -> Result<Option<u32>, ConfigError> {
+    match cfg.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|x| u32::try_from(x).ok())
+            .map(Some)
+            .ok_or_else(|| field_err(field, format!("{v} is not a non-negative integer"))),
+    }
+}
+
+fn need(cfg: &Value, field: &'static str) -> Result<u32, ConfigError> {
+    uint(cfg, field)?.ok_or_else(|| field_err(field, "missing"))
+}
+
+impl ModelAttention {
+    /// Read a Hugging Face `config.json` (multimodal configs: their `text_config`).
+    pub fn from_hf_config(text: &str) -> Result<ModelAttention, ConfigError> {
+        let root: Value = serde_json::from_str(text)?;
+        let cfg = root.get("text_config").unwrap_or(&root);
+        let model_type = cfg
+            .get("model_type")
+            .or_else(|| root.get("model_type"))
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string();
+        let dtype = match cfg
+            .get("torch_dtype")
+            .or_else(|| root.get("torch_dtype"))
+            .or_else(|| root.get("dtype"))
+            .and_then(Value::as_str)
+        {
+            None | Some("bfloat16") => DType::Bf16,
+            Some("float16") => DType::Fp16,
+            Some(other) => {
+                return Err(field_err(
+                    "torch_dtype",
+                    format!("`{other}`: fa4gen builds bfloat16 and float16 kernels"),
+                ));
+            }
+        };
+        let heads = need(cfg, "num_attention_heads")?;
+        let heads_kv = uint(cfg, "num_key_value_heads")?.unwrap_or(heads);
+        if heads_kv == 0 || heads % heads_kv != 0 {
+            return Err(field_err(
+                "num_key_value_heads",
+                format!("{heads_kv} does not divide num_attention_heads = {heads}"),
+            ));
+        }
+        // MLA (DeepSeek): the prefill form attends with d = nope + rope, dv = v_head_dim.
+        let (head_dim, head_dim_v) = match (
+            uint(cfg, "qk_nope_head_dim")?,
+            uint(cfg, "qk_rope_head_dim")?,
+        ) {
+            (Some(nope), Some(rope)) => (nope + rope, need(cfg, "v_head_dim")?),
+            _ => {
+                let d = match uint(cfg, "head_dim")? {
+                    Some(d) => d,
+                    None => need(cfg, "hidden_size")? / heads,
+                };
+                (d, d)
+            }
+        };
+        let window = uint(cfg, "sliding_window")?;
+        let use_sliding = cfg
+            .get("use_sliding_window")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let (full_layers, sliding_window) =
+            match (window.filter(|_| use_sliding), cfg.get("layer_types")) {
+                (None, _) => (true, None),
+                (Some(w), Some(Value::Array(kinds))) => {
+                    let has = |k: &str| kinds.iter().any(|x| x.as_str() == Some(k));
+                    (has("full_attention"), has("sliding_attention").then_some(w))
+                }
+                // Gemma 2/3 interleave sliding and full layers (sliding_window_pattern / every other).
+                (Some(w), _) if model_type.starts_with("gemma") => (true, Some(w)),
+                (Some(w), _) => (false, Some(w)),
+            };
+        let softcap = match cfg.get("attn_logit_softcapping") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                v.as_f64()
+                    .filter(|c| *c > 0.0)
+                    .ok_or_else(|| field_err("attn_logit_softcapping", format!("{v} is not > 0")))?
+                    as f32,
+            ),
+        };
+        Ok(ModelAttention {
+            sinks: model_type == "gpt_oss",
+            model_type,
+            dtype,
+            heads,
+            heads_kv,
+            head_dim,
+            head_dim_v,
+            full_layers,
+            sliding_window,
+            softcap,
+        })
+    }
+
+    /// The kernels an engine needs for this model on `arch`, sorted by stem, no duplicates.
+    pub fn plan(&self, arch: Arch) -> Vec<KernelSpec> {
+        let mut masks = Vec::new();
+        if self.full_layers {
+            masks.push(Mask::Causal);
+        }
+        if self.sliding_window.is_some() {
+            masks.push(Mask::Local);
+        }
+        let mut out = Vec::new();
+        for mask in masks {
+            for &q_stage in tiles::q_stages(arch) {
+                for lse in [false, true] {
+                    for (varlen, paged) in
+                        [(false, false), (true, false), (true, true), (false, true)]
+                    {
+                        for split in [false, true] {
+                            let class = SpecClass {
+                                arch,
+                                dtype: self.dtype,
+                                d: self.head_dim,
+                                dv: self.head_dim_v,
+                                q_stage,
+                                mask,
+                                lse,
+                                pack_gqa: self.heads > self.heads_kv,
+                                feat: Features {
+                                    varlen,
+                                    paged,
+                                    sink: self.sinks,
+                                    softcap: self.softcap.is_some(),
+                                    split,
+                                },
+                            };
+                            out.extend(class.portable());
+                        }
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|s| s.stem());
+        out.dedup();
+        out
+    }
+}
+
+/// The model configs shipped in `models/` (test data and named plans).
+pub const MODELS: &[(&str, &str)] = &[
+    ("gpt-oss-20b", include_str!("../models/gpt-oss-20b.json")),
+    ("deepseek-v3", include_str!("../models/deepseek-v3.json")),
+    ("llama-3-70b", include_str!("../models/llama-3-70b.json")),
+    ("qwen3-32b", include_str!("../models/qwen3-32b.json")),
+    ("gemma-3-12b", include_str!("../models/gemma-3-12b.json")),
+    ("gemma-2-9b", include_str!("../models/gemma-2-9b.json")),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model(name: &str) -> ModelAttention {
+        let text = MODELS.iter().find(|(n, _)| *n == name).unwrap().1;
+        ModelAttention::from_hf_config(text).unwrap()
+    }
+
+    #[test]
+    fn shipped_configs_read_as_their_models_attend() {
+        let g = model("gpt-oss-20b");
+        assert_eq!(
+            (g.heads, g.heads_kv, g.head_dim, g.head_dim_v),
+            (64, 8, 64, 64)
+        );
+        assert!(g.sinks && g.full_layers);
+        assert_eq!(g.sliding_window, Some(128));
+        let d = model("deepseek-v3");
+        assert_eq!(
+            (d.heads, d.heads_kv, d.head_dim, d.head_dim_v),
+            (128, 128, 192, 128)
+        );
+        assert!(d.full_layers && d.sliding_window.is_none() && !d.sinks);
+        let l = model("llama-3-70b");
+        assert_eq!((l.heads, l.heads_kv, l.head_dim), (64, 8, 128));
+        let q = model("qwen3-32b");
+        assert_eq!((q.head_dim, q.sliding_window), (128, None));
+        let g3 = model("gemma-3-12b");
+        assert_eq!(
+            (g3.head_dim, g3.sliding_window, g3.softcap),
+            (256, Some(1024), None)
+        );
+        assert!(g3.full_layers);
+        let g2 = model("gemma-2-9b");
+        assert_eq!((g2.head_dim, g2.softcap), (256, Some(50.0)));
+    }
+
+    #[test]
+    fn plans_are_deterministic_and_implementable() {
+        for (name, text) in MODELS {
+            let m = ModelAttention::from_hf_config(text).unwrap();
+            for arch in Arch::ALL {
+                let a = m.plan(arch);
+                assert_eq!(a, m.plan(arch), "{name}");
+                let masks = m.full_layers as usize + m.sliding_window.is_some() as usize;
+                assert_eq!(
+                    a.len(),
+                    masks * 2 * 4 * 2 * tiles::q_stages(arch).len(),
+                    "{name} {arch}"
+                );
+                for s in &a {
+                    s.can_implement().unwrap();
+                    assert_eq!(s.feat.sink, m.sinks);
+                    assert_eq!(s.pack_gqa, m.heads > m.heads_kv);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bad_configs_name_the_field() {
+        for (text, field) in [
+            (
+                r#"{"num_attention_heads": 6, "num_key_value_heads": 4, "hidden_size": 768}"#,
+                "num_key_value_heads",
+            ),
+            (r#"{"hidden_size": 768}"#, "num_attention_heads"),
+            (
+                r#"{"num_attention_heads": 8, "hidden_size": 512, "torch_dtype": "float32"}"#,
+                "torch_dtype",
+            ),
+            (r#"{"num_attention_heads": 8, "head_dim": -64}"#, "head_dim"),
+        ] {
+            match ModelAttention::from_hf_config(text) {
+                Err(ConfigError::Field { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+    }
+}

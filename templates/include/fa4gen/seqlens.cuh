@@ -1,0 +1,63 @@
+// fa4gen/seqlens.cuh: where one sequence of a batch lives and how long it is, for dense
+// batches, ragged (varlen) batches and paged K/V.
+//
+// Dense: every sequence has seqlen_q/seqlen_k rows at batch strides. Varlen: cu_seqlens_q/k
+// (B+1 offsets into packed (total, H, D) tensors) and seqused_q/k (valid lengths of each
+// sequence) are each optional at run time, as in FA4. Paged: K/V rows come from pages through
+// the page table; the K length is seqused_k[b] or seqlen_k (= max_pages * page_size).
+#pragma once
+#include "fa4gen/fwd_params.cuh"
+
+namespace fa4 {
+
+template <bool kVarlen, bool kPaged>
+struct SeqInfo {
+  int seqlen_q, seqlen_k;
+  int q_row0;  // the sequence's first row among all rows: cu_seqlens_q[b], or b * seqlen_q
+  bool q_packed;
+
+  FA4_DEVICE SeqInfo(const FwdParams& p, int b) {
+    seqlen_q = p.seqlen_q;
+    seqlen_k = p.seqlen_k;
+    q_row0 = b * p.seqlen_q;
+    q_packed = false;
+    if constexpr (kVarlen) {
+      if (p.cu_seqlens_q != nullptr) {
+        q_packed = true;
+        q_row0 = p.cu_seqlens_q[b];
+        seqlen_q = p.cu_seqlens_q[b + 1] - q_row0;
+      }
+      if (p.seqused_q != nullptr) seqlen_q = p.seqused_q[b];
+      if (!kPaged && p.cu_seqlens_k != nullptr) seqlen_k = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    }
+    if constexpr (kVarlen || kPaged) {
+      if (p.seqused_k != nullptr) seqlen_k = p.seqused_k[b];
+    }
+  }
+
+  // Element offset of the sequence's row 0 in q (or out): packed rows or a batch stride.
+  FA4_DEVICE i64 q_offset(int b, i64 batch_stride, i64 row_stride) const {
+    return q_packed ? (i64)q_row0 * row_stride : (i64)b * batch_stride;
+  }
+  // Index of (head, query i) in an LSE laid out (B, H, Sq), or (H, total_q) when packed.
+  FA4_DEVICE i64 lse_index(const FwdParams& p, int b, int head, int i) const {
+    return (q_packed ? (i64)q_row0 : (i64)b * p.lse_batch_stride) + (i64)head * p.lse_head_stride + i;
+  }
+};
+
+// Element offset of row 0 of sequence b in a dense or varlen k/v (not paged).
+template <bool kVarlen>
+FA4_DEVICE i64 kv_seq_offset(const FwdParams& p, int b, i64 batch_stride, i64 row_stride) {
+  if constexpr (kVarlen) {
+    if (p.cu_seqlens_k != nullptr) return (i64)p.cu_seqlens_k[b] * row_stride;
+  }
+  return (i64)b * batch_stride;
+}
+
+// Element offset of key j of sequence b in a paged k/v (page stride = the batch stride).
+FA4_DEVICE i64 paged_row_offset(const FwdParams& p, int b, int j, i64 page_stride, i64 row_stride) {
+  const int page = p.page_table[(i64)b * p.page_table_batch_stride + j / p.page_size];
+  return (i64)page * page_stride + (i64)(j % p.page_size) * row_stride;
+}
+
+}  // namespace fa4

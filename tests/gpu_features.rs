@@ -1,0 +1,737 @@
+//! GPU tests of the serving features (#5) and split-KV (#6) against the DESIGN.md oracle:
+//! ragged batches (cu_seqlens / seqused, zero-length sequences), paged K/V with shuffled page
+//! tables, windows, sinks, softcap, GQA packing, and num_splits with the combine kernel.
+//!
+//! Skipped, with the reason printed, where there is no GPU. Kernels come from
+//! `$FA4GEN_KERNELS/<arch>/`; with the `jit` feature (how `scripts/gpu-check.sh` builds the
+//! tests) the ones a plan lacks are compiled first, in parallel, into the jit cache.
+//!
+//! Each case draws fresh random inputs per sequence, poisons out and LSE with NaN, runs twice
+//! and requires bit-identical results, and checks every sequence's rows against the f64
+//! reference by FA4's rule (rtol 3 with softcap) and the LSE to 1e-3 relative.
+
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use fa4gen::DType;
+use fa4gen::reference::{self, RefProblem};
+use fa4gen::runtime::{self, FlashAttention, Paged, Problem, SeqBuffers, Strides, Varlen};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_distr::StandardNormal;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+fn kernels_root() -> PathBuf {
+    std::env::var_os("FA4GEN_KERNELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/generated")))
+}
+
+fn setup() -> Option<(Arc<CudaContext>, Arc<CudaStream>, FlashAttention)> {
+    let ctx = match runtime::context(0) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED GPU test: no GPU to run on ({e})"
+            );
+            return None;
+        }
+    };
+    let fa = FlashAttention::from_root(ctx.clone(), kernels_root())
+        .unwrap_or_else(|e| panic!("a GPU is present but the kernel library is not usable: {e}"));
+    #[cfg(feature = "jit")]
+    let fa = fa.with_jit(runtime::jit::Jit::new(runtime::jit::Jit::default_dir()));
+    let stream = ctx.default_stream();
+    Some((ctx, stream, fa))
+}
+
+fn run_seed() -> u64 {
+    std::env::var("FA4GEN_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+}
+
+fn randn(rng: &mut StdRng, dtype: DType, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| reference::round_to(dtype, rng.sample::<f32, _>(StandardNormal)))
+        .collect()
+}
+
+/// How K/V are laid out.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum KLayout {
+    /// `(B, max_sk, Hkv, D)`, with `seqused_k` when the lengths differ.
+    Batched,
+    /// Packed `(total_k, Hkv, D)` with `cu_seqlens_k`.
+    Packed,
+    /// Pages of this many keys, shuffled, with `seqused_k`.
+    Paged(usize),
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    dtype: DType,
+    d: usize,
+    dv: usize,
+    heads: usize,
+    heads_kv: usize,
+    /// (Sq, Sk) of each sequence.
+    seqs: Vec<(usize, usize)>,
+    /// q/out packed `(total_q, H, D)` with `cu_seqlens_q`; else batched (with `seqused_q`
+    /// when the lengths differ).
+    q_packed: bool,
+    k: KLayout,
+    causal: bool,
+    window: (Option<i64>, Option<i64>),
+    pack_gqa: Option<bool>,
+    softcap: f32,
+    sinks: bool,
+    num_splits: i32,
+}
+
+impl Case {
+    fn base(seqs: Vec<(usize, usize)>) -> Case {
+        Case {
+            dtype: DType::Bf16,
+            d: 128,
+            dv: 128,
+            heads: 4,
+            heads_kv: 2,
+            seqs,
+            q_packed: false,
+            k: KLayout::Batched,
+            causal: false,
+            window: (None, None),
+            pack_gqa: None,
+            softcap: 0.0,
+            sinks: false,
+            num_splits: 1,
+        }
+    }
+
+    fn name(&self) -> String {
+        let seqs = if self.seqs.len() > 6 {
+            format!("{} seqs {:?}..", self.seqs.len(), &self.seqs[..4])
+        } else {
+            format!("{:?}", self.seqs)
+        };
+        format!(
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={}",
+            self.dtype,
+            self.d,
+            self.dv,
+            self.heads,
+            self.heads_kv,
+            self.q_packed,
+            self.k,
+            self.causal,
+            self.window,
+            self.pack_gqa,
+            self.softcap,
+            self.sinks,
+            self.num_splits
+        )
+    }
+}
+
+/// The device-side problem and buffers of a case, plus where each sequence's rows live.
+struct Built {
+    problem: Problem,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    cu_q: Option<Vec<i32>>,
+    cu_k: Option<Vec<i32>>,
+    used_q: Option<Vec<i32>>,
+    used_k: Option<Vec<i32>>,
+    page_table: Option<Vec<i32>>,
+    sinks: Option<Vec<f32>>,
+    /// First row of each sequence in q/out.
+    q_row0: Vec<usize>,
+    out_len: usize,
+    lse_len: usize,
+}
+
+struct SeqData {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+}
+
+fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
+    let (h, hkv, d, dv) = (c.heads, c.heads_kv, c.d, c.dv);
+    let b = c.seqs.len();
+    let max_sq = c.seqs.iter().map(|s| s.0).max().unwrap_or(0);
+    let max_sk = c.seqs.iter().map(|s| s.1).max().unwrap_or(0);
+    let total_q: usize = c.seqs.iter().map(|s| s.0).sum();
+    let total_k: usize = c.seqs.iter().map(|s| s.1).sum();
+    let prefix = |xs: Vec<usize>| -> Vec<i32> {
+        let mut acc = vec![0i32];
+        for x in xs {
+            acc.push(acc.last().unwrap() + x as i32);
+        }
+        acc
+    };
+    let cu_q = prefix(c.seqs.iter().map(|s| s.0).collect());
+    let cu_k = prefix(c.seqs.iter().map(|s| s.1).collect());
+    // q: packed rows or a (B, max_sq) batch whose padding rows hold noise (must be ignored).
+    let (q_rows, q_row0): (usize, Vec<usize>) = if c.q_packed {
+        (total_q, cu_q[..b].iter().map(|&x| x as usize).collect())
+    } else {
+        (b * max_sq, (0..b).map(|i| i * max_sq).collect())
+    };
+    let mut q = randn(rng, c.dtype, q_rows * h * d);
+    for (s, sd) in data.iter().enumerate() {
+        q[q_row0[s] * h * d..][..sd.q.len()].copy_from_slice(&sd.q);
+    }
+    let mut problem = Problem::new(c.dtype, b, max_sq, max_sk, h, hkv, d, dv);
+    let mut varlen = Varlen::default();
+    if c.q_packed {
+        varlen.total_q = Some(total_q);
+    } else if c.seqs.iter().any(|s| s.0 != max_sq) {
+        varlen.seqused_q = true;
+    }
+    let (mut k, mut v);
+    let mut page_table = None;
+    match c.k {
+        KLayout::Batched => {
+            k = randn(rng, c.dtype, b * max_sk * hkv * d);
+            v = randn(rng, c.dtype, b * max_sk * hkv * dv);
+            for (s, sd) in data.iter().enumerate() {
+                k[s * max_sk * hkv * d..][..sd.k.len()].copy_from_slice(&sd.k);
+                v[s * max_sk * hkv * dv..][..sd.v.len()].copy_from_slice(&sd.v);
+            }
+            if c.seqs.iter().any(|s| s.1 != max_sk) {
+                varlen.seqused_k = true;
+            }
+        }
+        KLayout::Packed => {
+            k = data.iter().flat_map(|sd| sd.k.iter().copied()).collect();
+            v = data.iter().flat_map(|sd| sd.v.iter().copied()).collect();
+            varlen.total_k = Some(total_k);
+            problem.k_strides = Strides::contiguous(total_k, hkv, d);
+            problem.v_strides = Strides::contiguous(total_k, hkv, dv);
+        }
+        KLayout::Paged(ps) => {
+            let pps = max_sk.div_ceil(ps).max(1);
+            let num_pages = b * pps + 3; // spare pages full of noise
+            let mut perm: Vec<usize> = (0..num_pages).collect();
+            perm.shuffle(rng);
+            k = randn(rng, c.dtype, num_pages * ps * hkv * d);
+            v = randn(rng, c.dtype, num_pages * ps * hkv * dv);
+            let mut table = vec![0i32; b * pps];
+            for s in 0..b {
+                for pg in 0..pps {
+                    table[s * pps + pg] = perm[s * pps + pg] as i32;
+                }
+                for j in 0..c.seqs[s].1 {
+                    let page = table[s * pps + j / ps] as usize;
+                    let row = page * ps + j % ps;
+                    k[row * hkv * d..][..hkv * d]
+                        .copy_from_slice(&data[s].k[j * hkv * d..][..hkv * d]);
+                    v[row * hkv * dv..][..hkv * dv]
+                        .copy_from_slice(&data[s].v[j * hkv * dv..][..hkv * dv]);
+                }
+            }
+            problem.seqlen_k = pps * ps;
+            problem.paged = Some(Paged {
+                page_size: ps,
+                num_pages,
+                pages_per_seq: pps,
+                page_table_stride: pps,
+            });
+            problem.k_strides = Strides::contiguous(ps, hkv, d);
+            problem.v_strides = Strides::contiguous(ps, hkv, dv);
+            varlen.seqused_k = true;
+            page_table = Some(table);
+        }
+    }
+    if c.q_packed {
+        problem.q_strides = Strides::contiguous(total_q, h, d);
+        problem.o_strides = Strides::contiguous(total_q, h, dv);
+    }
+    problem.varlen = (varlen != Varlen::default()).then_some(varlen);
+    problem.causal = c.causal;
+    problem.window = c.window;
+    problem.return_lse = true;
+    problem.pack_gqa = c.pack_gqa;
+    problem.softcap = c.softcap;
+    problem.sinks = c.sinks;
+    problem.num_splits = c.num_splits;
+    let sinks = c.sinks.then(|| {
+        (0..h)
+            .map(|_| 2.0 * rng.sample::<f32, _>(StandardNormal))
+            .collect()
+    });
+    Built {
+        problem,
+        q,
+        k,
+        v,
+        cu_q: c.q_packed.then(|| cu_q.clone()),
+        cu_k: (c.k == KLayout::Packed).then(|| cu_k.clone()),
+        used_q: varlen
+            .seqused_q
+            .then(|| c.seqs.iter().map(|s| s.0 as i32).collect()),
+        used_k: varlen
+            .seqused_k
+            .then(|| c.seqs.iter().map(|s| s.1 as i32).collect()),
+        page_table,
+        sinks,
+        q_row0,
+        out_len: q_rows * h * dv,
+        lse_len: h * q_rows,
+    }
+}
+
+struct Outcome {
+    err_over_bound: f64,
+    lse_rel: f64,
+}
+
+fn up16(stream: &Arc<CudaStream>, dtype: DType, x: &[f32]) -> Result<CudaSlice<u16>, String> {
+    let mut bits = reference::encode(dtype, x);
+    bits.resize(bits.len().max(1), 0);
+    stream.clone_htod(&bits).map_err(|e| e.to_string())
+}
+
+fn up_i32(
+    stream: &Arc<CudaStream>,
+    x: &Option<Vec<i32>>,
+) -> Result<Option<CudaSlice<i32>>, String> {
+    x.as_ref()
+        .map(|x| stream.clone_htod(x).map_err(|e| e.to_string()))
+        .transpose()
+}
+
+fn run_case(
+    stream: &Arc<CudaStream>,
+    fa: &FlashAttention,
+    c: &Case,
+    rng: &mut StdRng,
+) -> Result<Outcome, String> {
+    let (h, hkv) = (c.heads, c.heads_kv);
+    let data: Vec<SeqData> = c
+        .seqs
+        .iter()
+        .map(|&(sq, sk)| SeqData {
+            q: randn(rng, c.dtype, sq * h * c.d),
+            k: randn(rng, c.dtype, sk * hkv * c.d),
+            v: randn(rng, c.dtype, sk * hkv * c.dv),
+        })
+        .collect();
+    let bt = build(c, &data, rng);
+    let (dq, dk, dv) = (
+        up16(stream, c.dtype, &bt.q)?,
+        up16(stream, c.dtype, &bt.k)?,
+        up16(stream, c.dtype, &bt.v)?,
+    );
+    let (cq, ck, uq, uk, pt) = (
+        up_i32(stream, &bt.cu_q)?,
+        up_i32(stream, &bt.cu_k)?,
+        up_i32(stream, &bt.used_q)?,
+        up_i32(stream, &bt.used_k)?,
+        up_i32(stream, &bt.page_table)?,
+    );
+    let ds = bt
+        .sinks
+        .as_ref()
+        .map(|s| stream.clone_htod(s).map_err(|e| e.to_string()))
+        .transpose()?;
+    let extra = SeqBuffers {
+        cu_seqlens_q: cq.as_ref(),
+        cu_seqlens_k: ck.as_ref(),
+        seqused_q: uq.as_ref(),
+        seqused_k: uk.as_ref(),
+        page_table: pt.as_ref(),
+        sinks: ds.as_ref(),
+    };
+    let mut results = Vec::new();
+    for _ in 0..2 {
+        let mut dout = stream
+            .clone_htod(&vec![reference::nan_bits(c.dtype); bt.out_len.max(1)])
+            .map_err(|e| e.to_string())?;
+        let mut dlse = stream
+            .clone_htod(&vec![f32::NAN; bt.lse_len.max(1)])
+            .map_err(|e| e.to_string())?;
+        fa.forward_varlen(
+            stream,
+            &bt.problem,
+            &dq,
+            &dk,
+            &dv,
+            &mut dout,
+            Some(&mut dlse),
+            &extra,
+        )
+        .map_err(|e| format!("forward: {e}"))?;
+        let out_bits = stream.clone_dtoh(&dout).map_err(|e| e.to_string())?;
+        let lse = stream.clone_dtoh(&dlse).map_err(|e| e.to_string())?;
+        results.push((out_bits, lse));
+    }
+    let lse_bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    if results[0].0 != results[1].0 || lse_bits(&results[0].1) != lse_bits(&results[1].1) {
+        return Err("two runs on the same inputs differ: a race".into());
+    }
+    let (out_bits, lse) = &results[0];
+    let out = reference::decode(c.dtype, out_bits);
+    let q_rows = bt.out_len / (h * c.dv).max(1);
+    let (mut got, mut r_all, mut pt_all, mut lse_got, mut lse_ref) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (s, &(sq, sk)) in c.seqs.iter().enumerate() {
+        if sq == 0 {
+            continue;
+        }
+        let rp = RefProblem {
+            batch: 1,
+            seqlen_q: sq,
+            seqlen_k: sk,
+            heads: h,
+            heads_kv: hkv,
+            d: c.d,
+            dv: c.dv,
+            scale: 1.0 / (c.d as f64).sqrt(),
+            causal: c.causal,
+            window: c.window,
+            softcap: c.softcap as f64,
+            sinks: bt
+                .sinks
+                .as_ref()
+                .map(|s| s.iter().map(|&x| x as f64).collect()),
+        };
+        let queries: Vec<usize> = if sq * sk > 1 << 20 {
+            let mut qs: Vec<usize> = (0..48).map(|_| rng.random_range(0..sq)).collect();
+            qs.extend([0, sq - 1]);
+            qs.sort_unstable();
+            qs.dedup();
+            qs
+        } else {
+            (0..sq).collect()
+        };
+        let row0 = bt.q_row0[s];
+        let seq_out = &out[row0 * h * c.dv..][..sq * h * c.dv];
+        if let Some(i) = seq_out.iter().position(|x| !x.is_finite()) {
+            return Err(format!(
+                "sequence {s}: out[{i}] = {} (unwritten or NaN)",
+                seq_out[i]
+            ));
+        }
+        let (r, rl) = reference::attention_f64(&rp, &data[s].q, &data[s].k, &data[s].v, &queries);
+        let pt =
+            reference::attention_lowp(&rp, c.dtype, &data[s].q, &data[s].k, &data[s].v, &queries);
+        got.extend(reference::gather_queries(&rp, seq_out, &queries));
+        r_all.extend(r);
+        pt_all.extend(pt);
+        for hh in 0..h {
+            for &i in &queries {
+                // LSE (H, total_q) when q is packed, else (B, H, max_sq).
+                let idx = if c.q_packed {
+                    hh * q_rows + row0 + i
+                } else {
+                    (s * h + hh) * (q_rows / c.seqs.len()) + i
+                };
+                lse_got.push(lse[idx]);
+            }
+        }
+        lse_ref.extend(rl);
+    }
+    let rep = reference::check_oracle(c.dtype, &got, &r_all, &pt_all, c.softcap > 0.0);
+    if !rep.pass() {
+        return Err(format!(
+            "oracle: max|out-ref| {:.3e} > bound {:.3e} (max|pt-ref| {:.3e}, non-finite {})",
+            rep.err, rep.bound, rep.pt_err, rep.non_finite
+        ));
+    }
+    if let Some(i) = lse_got.iter().position(|x| x.is_nan()) {
+        return Err(format!("lse[{i}] is NaN (unwritten)"));
+    }
+    let lse_rel = reference::check_lse(&lse_got, &lse_ref, 1e-3)?;
+    Ok(Outcome {
+        err_over_bound: if rep.bound > 0.0 {
+            rep.err / rep.bound
+        } else {
+            0.0
+        },
+        lse_rel,
+    })
+}
+
+fn run_all(label: &str, cases: &[Case]) {
+    let Some((_ctx, stream, fa)) = setup() else {
+        return;
+    };
+    let seed = run_seed();
+    println!(
+        "{label}: {} cases, seed {seed} (FA4GEN_SEED={seed} reproduces)",
+        cases.len()
+    );
+    #[cfg(feature = "jit")]
+    {
+        // Compile what the library lacks up front, in parallel (problems built from a
+        // throwaway rng: selection depends on shapes only).
+        let t = std::time::Instant::now();
+        let mut r = StdRng::seed_from_u64(0);
+        let problems: Vec<Problem> = cases
+            .iter()
+            .map(|c| build_problem_only(c, &mut r))
+            .collect();
+        match fa.prepare(&problems) {
+            Ok(n) => println!(
+                "{label}: jit-compiled {n} kernels the library lacks in {:.1} s",
+                t.elapsed().as_secs_f64()
+            ),
+            Err(e) => panic!("jit: {e}"),
+        }
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut failures = Vec::new();
+    let (mut worst, mut worst_lse) = (0f64, 0f64);
+    let t = std::time::Instant::now();
+    for c in cases {
+        match run_case(&stream, &fa, c, &mut rng) {
+            Ok(o) => {
+                worst = worst.max(o.err_over_bound);
+                worst_lse = worst_lse.max(o.lse_rel);
+            }
+            Err(e) => failures.push(format!("{}: {e}", c.name())),
+        }
+    }
+    println!(
+        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; {:.1} s",
+        cases.len() - failures.len(),
+        failures.len(),
+        t.elapsed().as_secs_f64()
+    );
+    for f in &failures {
+        println!("FAIL {f}");
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed",
+        failures.len(),
+        cases.len()
+    );
+}
+
+/// The problem of a case without its data (for selection / jit preparation).
+#[cfg(feature = "jit")]
+fn build_problem_only(c: &Case, rng: &mut StdRng) -> Problem {
+    // Selection depends on the lengths, not the values.
+    let data: Vec<SeqData> = c
+        .seqs
+        .iter()
+        .map(|&(sq, sk)| SeqData {
+            q: vec![0.0; sq * c.heads * c.d],
+            k: vec![0.0; sk * c.heads_kv * c.d],
+            v: vec![0.0; sk * c.heads_kv * c.dv],
+        })
+        .collect();
+    build(c, &data, rng).problem
+}
+
+fn random_seqs(rng: &mut StdRng, n: usize, max: usize, same: bool) -> Vec<(usize, usize)> {
+    (0..n)
+        .map(|_| {
+            let sq = rng.random_range(0..=max);
+            let sk = if same { sq } else { rng.random_range(0..=max) };
+            (sq, sk)
+        })
+        .collect()
+}
+
+/// #5: ragged batches, pages, windows, sinks, softcap and GQA, alone and together.
+#[test]
+fn serving_features() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut cases = Vec::new();
+    // GQA ratios 1/2/3/6/8, packed and unpacked, with sinks and a window.
+    for (i, g) in [1usize, 2, 3, 6, 8].into_iter().enumerate() {
+        for pack in [Some(false), Some(true)] {
+            let mut c = Case::base(vec![(113, 239), (64, 64)]);
+            c.d = 64;
+            c.dv = 64;
+            c.heads = 2 * g;
+            c.heads_kv = 2;
+            c.pack_gqa = pack;
+            c.sinks = i % 2 == 0;
+            c.causal = i % 3 == 1;
+            if i >= 3 {
+                c.window = (Some(rng.random_range(0..128)), Some(0));
+            }
+            cases.push(c);
+        }
+    }
+    // varlen: random lengths incl. 0 and 1, a single long sequence, every mix of layouts.
+    for (i, (q_packed, k)) in [
+        (true, KLayout::Packed),
+        (true, KLayout::Batched),
+        (false, KLayout::Packed),
+        (false, KLayout::Batched),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut seqs = random_seqs(&mut rng, 14, 600, false);
+        seqs.extend([(0, 9), (1, 1), (5, 0), (1, 700)]);
+        for causal in [false, true] {
+            let mut c = Case::base(seqs.clone());
+            c.q_packed = q_packed;
+            c.k = k;
+            c.causal = causal;
+            c.dtype = if i % 2 == 0 { DType::Bf16 } else { DType::Fp16 };
+            cases.push(c);
+        }
+        let mut c = Case::base(vec![(3000, 3000)]);
+        c.q_packed = q_packed;
+        c.k = k;
+        c.causal = i % 2 == 0;
+        cases.push(c);
+    }
+    // Paged K/V: page sizes 1, 16, 48 (not a tile multiple), 64 and 128 (one page per tile),
+    // shuffled tables, prefill with a prefix cache (Sq < Sk) and chunked prefill.
+    for (i, ps) in [1usize, 16, 48, 64, 128].into_iter().enumerate() {
+        for (q_packed, causal) in [(true, true), (false, false), (true, false)] {
+            let seqs = if q_packed {
+                vec![(7, 300), (128, 1000), (0, 17), (333, 333), (1, 1)]
+            } else {
+                vec![(100, 517), (100, 64), (100, 3)]
+            };
+            let mut c = Case::base(seqs);
+            c.q_packed = q_packed;
+            c.k = KLayout::Paged(ps);
+            c.causal = causal;
+            if i % 2 == 1 {
+                c.d = 64;
+                c.dv = 64;
+                c.heads = 8;
+            }
+            cases.push(c);
+        }
+    }
+    // Windows: random left/right, one-sided, with and without causal; Sq != Sk both ways.
+    for j in 0..8 {
+        let (sq, sk) = [(200, 500), (500, 200), (257, 257), (1, 900)][j % 4];
+        let mut c = Case::base(vec![(sq, sk), (sq / 2 + 1, sk)]);
+        c.window = match j % 4 {
+            0 => (
+                Some(rng.random_range(0..200)),
+                Some(rng.random_range(0..200)),
+            ),
+            1 => (Some(rng.random_range(0..64)), None),
+            2 => (None, Some(rng.random_range(0..64))),
+            _ => (Some(rng.random_range(0..300)), Some(0)),
+        };
+        c.causal = j >= 4;
+        c.k = if j % 2 == 0 {
+            KLayout::Batched
+        } else {
+            KLayout::Paged(16)
+        };
+        c.sinks = j % 3 == 0;
+        cases.push(c);
+    }
+    // Sinks with causal and windows, incl. rows that see no key (LSE = the sink).
+    for (j, window) in [(None, None), (Some(32), Some(0)), (Some(0), Some(0))]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = Case::base(vec![(300, 100), (64, 0), (129, 129)]);
+        c.sinks = true;
+        c.causal = j == 0;
+        c.window = window;
+        c.d = 64;
+        c.dv = 64;
+        c.heads = 16;
+        c.heads_kv = 2;
+        cases.push(c);
+    }
+    // Softcap 15 and 30 on every head dim class, both dtypes.
+    for (j, (d, dv)) in [(64, 64), (128, 128), (192, 128), (256, 256)]
+        .into_iter()
+        .enumerate()
+    {
+        for (k, cap) in [15.0f32, 30.0].into_iter().enumerate() {
+            let mut c = Case::base(vec![(190, 333), (77, 20)]);
+            c.d = d;
+            c.dv = dv;
+            c.softcap = cap;
+            c.dtype = if (j + k) % 2 == 0 {
+                DType::Bf16
+            } else {
+                DType::Fp16
+            };
+            c.causal = k == 1;
+            c.sinks = j == 0;
+            c.q_packed = j % 2 == 1;
+            c.k = if j == 2 {
+                KLayout::Paged(128)
+            } else {
+                KLayout::Packed
+            };
+            cases.push(c);
+        }
+    }
+    run_all("serving_features", &cases);
+}
+
+/// #6: split-KV with num_splits {1, 2, 3, 5, 17, 55, 133} and the heuristic (0), Sq in
+/// {1, 3, 16, 64}, Sk in {1, 127, 4096, 32k, 128k}, paged and not, GQA 1/4/8, with LSE,
+/// causal, windows and sinks (the sink counted once, in the combine).
+#[test]
+fn split_kv() {
+    let mut cases = Vec::new();
+    let splits = [1, 2, 3, 5, 17, 55, 133, 0];
+    let sqs = [1usize, 3, 16, 64];
+    let sks = [1usize, 127, 4096, 32768, 131072];
+    let mut n = 0;
+    for &ns in &splits {
+        for j in 0..4 {
+            let sq = sqs[(n + j) % sqs.len()];
+            let sk = sks[(n * 3 + j) % sks.len()];
+            let g = [1, 4, 8][(n + j) % 3];
+            let mut c = Case::base(vec![(sq, sk)]);
+            if sk <= 4096 {
+                c.seqs.push((sq, (sk / 2).max(1)));
+            }
+            c.heads = g * 2;
+            c.heads_kv = 2;
+            c.num_splits = ns;
+            c.k = if j % 2 == 1 {
+                KLayout::Paged(128)
+            } else {
+                KLayout::Batched
+            };
+            c.causal = j == 2;
+            c.sinks = j == 3 || ns == 17;
+            if j == 3 {
+                c.window = (Some(1000), Some(0));
+            }
+            if n % 3 == 2 {
+                c.d = 64;
+                c.dv = 64;
+            }
+            cases.push(c);
+            n += 1;
+        }
+    }
+    // A ragged decode batch: packed q of 1..16 rows per sequence, paged K of mixed lengths.
+    let mut c = Case::base(vec![(1, 5000), (16, 300), (3, 0), (1, 1), (8, 20000)]);
+    c.q_packed = true;
+    c.k = KLayout::Paged(64);
+    c.num_splits = 0;
+    c.heads = 32;
+    c.heads_kv = 8;
+    cases.push(c.clone());
+    c.num_splits = 7;
+    c.dtype = DType::Fp16;
+    c.softcap = 30.0;
+    cases.push(c);
+    run_all("split_kv", &cases);
+}
