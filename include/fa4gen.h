@@ -97,6 +97,11 @@ void fa4gen_problem_init(fa4gen_problem* p, int32_t dtype, int64_t batch, int64_
 fa4gen_status fa4gen_open(const char* kernels_root, int32_t device, fa4gen_handle** out);
 void fa4gen_close(fa4gen_handle* h);
 
+/* Compile kernels the library lacks at first use (NVRTC, cached on disk in cache_dir; NULL:
+ * $FA4GEN_CACHE_DIR or ~/.cache/fa4gen). FA4GEN_ERR_UNSUPPORTED when the library was built
+ * without the `jit` feature. Call before sharing the handle between threads. */
+fa4gen_status fa4gen_enable_jit(fa4gen_handle* h, const char* cache_dir);
+
 /* FA4GEN_OK if fa4gen_forward would run this problem (validation, selection, kernel present). */
 fa4gen_status fa4gen_supports(const fa4gen_handle* h, const fa4gen_problem* p);
 

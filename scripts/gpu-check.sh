@@ -71,7 +71,8 @@ PY
     ;;
   dropin)
     export FA4GEN_LIB=.stage/lib/libfa4gen.so
-    python3 python/tests/test_dropin.py "${DROPIN_CASES:-240}" 2>&1 | tee "$OUT/dropin.log" | grep -E "drop-in|FAIL" | head -40
+    # The random cases draw features (sinks, softcap, splits, pages) no shipped plan holds all of.
+    FA4GEN_JIT=1 python3 python/tests/test_dropin.py "${DROPIN_CASES:-240}" 2>&1 | tee "$OUT/dropin.log" | grep -E "drop-in|FAIL" | head -40
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     ;;
   dropin-bench)

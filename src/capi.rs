@@ -327,6 +327,43 @@ pub unsafe extern "C" fn fa4gen_open(
 }
 
 /// # Safety
+/// `h` null or an open handle not used concurrently by another thread during this call;
+/// `cache_dir` null or a NUL-terminated path.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_enable_jit(h: *mut Handle, cache_dir: *const c_char) -> Status {
+    guard(|| {
+        // SAFETY: checked non-null; exclusive per the contract.
+        let h = unsafe { h.as_mut() }
+            .ok_or_else(|| invalid("handle", "NULL", "a handle from fa4gen_open"))?;
+        let dir = if cache_dir.is_null() {
+            None
+        } else {
+            // SAFETY: non-null, NUL-terminated per the contract.
+            Some(
+                unsafe { CStr::from_ptr(cache_dir) }
+                    .to_str()
+                    .map_err(|_| invalid("cache_dir", "non-UTF-8 bytes", "a UTF-8 path"))?
+                    .to_string(),
+            )
+        };
+        #[cfg(feature = "jit")]
+        {
+            use crate::runtime::jit::Jit;
+            h.fa.set_jit(Jit::new(dir.map_or_else(Jit::default_dir, Into::into)));
+            Ok(())
+        }
+        #[cfg(not(feature = "jit"))]
+        {
+            let _ = (h, dir);
+            Err(Error::NotBuilt {
+                feature: "jit (this libfa4gen was built without the `jit` cargo feature)",
+                issue: 3,
+            })
+        }
+    })
+}
+
+/// # Safety
 /// `h` must be null or a handle from `fa4gen_open` not yet closed.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fa4gen_close(h: *mut Handle) {

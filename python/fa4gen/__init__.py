@@ -8,8 +8,9 @@ step). Kernels are ahead-of-time cubins: no JIT, no warm-up plan.
 
 Finds the shared library at $FA4GEN_LIB, next to this package, or in the repository's
 target/release/; the kernels at $FA4GEN_KERNELS, next to this package (kernels/), or in the
-repository's generated/. Features fa4gen has not built yet raise NotImplementedError naming
-the feature; nothing silently falls back.
+repository's generated/. FA4GEN_JIT=1 compiles kernels the library lacks at first use (a
+libfa4gen built with the `jit` feature). Features fa4gen has not built raise NotImplementedError
+naming the feature; nothing silently falls back.
 """
 import ctypes
 import os
@@ -98,6 +99,8 @@ def _load():
         lib.fa4gen_abi_version.restype = ctypes.c_uint32
         lib.fa4gen_last_error.restype = ctypes.c_char_p
         lib.fa4gen_open.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]
+        lib.fa4gen_enable_jit.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.fa4gen_enable_jit.restype = ctypes.c_int
         lib.fa4gen_supports.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)]
         lib.fa4gen_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem), ctypes.c_char_p, ctypes.c_uint64]
         lib.fa4gen_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)] + [ctypes.c_void_p] * 6
@@ -134,6 +137,9 @@ def _handle(device):
             torch.cuda.init()  # the primary context the library shares with PyTorch
             out = ctypes.c_void_p()
             _check(lib.fa4gen_open(root.encode(), index, ctypes.byref(out)))
+            if os.environ.get("FA4GEN_JIT") == "1":
+                # Kernels no plan ships compile at first use (NVRTC), cached on disk.
+                _check(lib.fa4gen_enable_jit(out, None))
             h = _handles[index] = out
     return h
 

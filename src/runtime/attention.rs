@@ -135,6 +135,12 @@ impl FlashAttention {
         self
     }
 
+    /// [`with_jit`](Self::with_jit) on a handle in place (the C ABI's `fa4gen_enable_jit`).
+    #[cfg(feature = "jit")]
+    pub fn set_jit(&mut self, jit: super::jit::Jit) {
+        self.jit = Some(jit);
+    }
+
     /// Compile, in parallel, the kernels of `problems` that the library lacks, so that the
     /// first calls do not pay for it one at a time (`jit` feature). Returns how many compiled.
     #[cfg(feature = "jit")]
