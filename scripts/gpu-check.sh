@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles] [capi] [dropin] [dropin-bench]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles] [capi] [dropin] [dropin-bench] [serving]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -73,6 +73,12 @@ PY
     export FA4GEN_LIB=.stage/lib/libfa4gen.so
     # The random cases draw features (sinks, softcap, splits, pages) no shipped plan holds all of.
     FA4GEN_JIT=1 python3 python/tests/test_dropin.py "${DROPIN_CASES:-240}" 2>&1 | tee "$OUT/dropin.log" | grep -E "drop-in|FAIL" | head -40
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    ;;
+  serving)
+    # Serving shapes (#5) and decode / split-KV (#6) through the drop-in, beside SDPA.
+    export FA4GEN_LIB=.stage/lib/libfa4gen.so FA4GEN_JIT=1
+    python3 python/tests/bench_serving.py ${SERVING_SECTIONS:-} 2>&1 | grep -v Warning | tee "$OUT/serving.jsonl"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     ;;
   dropin-bench)

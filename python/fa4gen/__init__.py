@@ -99,6 +99,8 @@ def _load():
         lib.fa4gen_abi_version.restype = ctypes.c_uint32
         lib.fa4gen_last_error.restype = ctypes.c_char_p
         lib.fa4gen_open.argtypes = [ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p)]
+        lib.fa4gen_workspace_bytes.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem), ctypes.POINTER(ctypes.c_uint64)]
+        lib.fa4gen_workspace_bytes.restype = ctypes.c_int
         lib.fa4gen_enable_jit.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         lib.fa4gen_enable_jit.restype = ctypes.c_int
         lib.fa4gen_supports.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)]
@@ -314,8 +316,18 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
     extra = _SeqPtrs(ptr(cu_seqlens_q), ptr(cu_seqlens_k), ptr(seqused_q), ptr(seqused_k), ptr(page_table), ptr(sinks))
     handle = _handle(dev)
     stream = torch.cuda.current_stream(dev).cuda_stream
+    # Split-KV scratch from PyTorch's allocator: stream-ordered, and inside CUDA graph capture
+    # it comes from the graph's pool (the handle's own per-stream workspace cannot grow there).
+    ws, ws_bytes = None, 0
+    if num_splits != 1:
+        need = ctypes.c_uint64(0)
+        _check(_lib.fa4gen_workspace_bytes(handle, ctypes.byref(p), ctypes.byref(need)))
+        if need.value:
+            ws = torch.empty(need.value, dtype=torch.uint8, device=dev)
+            ws_bytes = need.value
     _check(_lib.fa4gen_forward_ext(handle, ctypes.byref(p), q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
-                                   lse.data_ptr() if lse is not None else None, ctypes.byref(extra), None, 0, stream))
+                                   lse.data_ptr() if lse is not None else None, ctypes.byref(extra),
+                                   ws.data_ptr() if ws is not None else None, ws_bytes, stream))
     return out, lse
 
 
