@@ -67,6 +67,7 @@ typedef struct fa4gen_problem {
   int32_t has_seqused_q, has_seqused_k;/* 0 or 1 */
   int64_t page_size;                   /* 0: not paged */
   int64_t num_pages, pages_per_seq, page_table_stride; /* paged; stride <= 0: pages_per_seq */
+  int32_t tile_m, tile_n;              /* FA4's tile_mn override for tuning; 0, 0: the tile table */
 } fa4gen_problem;
 
 /* The serving features' device arrays; NULL where the problem does not declare them. */

@@ -42,6 +42,15 @@ for step in $steps; do
       done
     done
     ;;
+  sanitize-features)
+    # The serving features and split-KV under memcheck and racecheck, on a stride of the cases.
+    for tool in memcheck racecheck; do
+      FA4GEN_CASE_STRIDE=${STRIDE:-9} compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/gpu_features --test-threads=1 --nocapture > "$OUT/sanitize-features-$tool.log" 2>&1
+      rc=$?
+      echo "compute-sanitizer $tool gpu_features (every ${STRIDE:-9}th case): rc=$rc $(grep -E 'passed,|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-features-$tool.log" | tr '\n' ' ')"
+      [ $rc = 0 ] || status=1
+    done
+    ;;
   bench)
     { .stage/bin/bench_fwd .stage/generated; python3 scripts/bench_sdpa.py; } > "$OUT/bench.jsonl" 2> "$OUT/bench.err" || status=1
     python3 scripts/bench_report.py "$OUT/bench.jsonl" | tee "$OUT/bench.md"

@@ -58,6 +58,9 @@ pub struct CProblem {
     pub num_pages: i64,
     pub pages_per_seq: i64,
     pub page_table_stride: i64,
+    /// FA4's `tile_mn` override (tuning); 0, 0: the family's tile table.
+    pub tile_m: i32,
+    pub tile_n: i32,
 }
 
 /// Mirrors `fa4gen_seq_ptrs`: the serving features' device arrays (NULL: absent).
@@ -204,7 +207,17 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
             1 => Some(true),
             v => return Err(invalid("pack_gqa", v, "-1 (default), 0 or 1")),
         },
-        tile_mn: None,
+        tile_mn: match (c.tile_m, c.tile_n) {
+            (0, 0) => None,
+            (m, n) if m > 0 && n > 0 => Some((m as u32, n as u32)),
+            (m, n) => {
+                return Err(invalid(
+                    "tile_m/tile_n",
+                    format!("{m}x{n}"),
+                    "0, 0 (the tile table) or both > 0",
+                ));
+            }
+        },
         q_strides: strides(c.q_strides),
         k_strides: strides(c.k_strides),
         v_strides: strides(c.v_strides),
@@ -289,6 +302,8 @@ pub unsafe extern "C" fn fa4gen_problem_init(
         num_pages: 0,
         pages_per_seq: 0,
         page_table_stride: 0,
+        tile_m: 0,
+        tile_n: 0,
     };
 }
 

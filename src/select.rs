@@ -3,7 +3,9 @@
 //!
 //! FA4's rules where FA4 has them (DESIGN.md §5):
 //! - q_stage on sm100f: 2 iff `max_seqlen_q * (pack_gqa ? G : 1) > 128`, else 1 (1 elsewhere);
-//! - pack_gqa: the caller's choice, default on when G = H / Hkv > 1.
+//! - pack_gqa: the caller's choice, default on when G = H / Hkv > 1;
+//! - num_splits: the caller's when >= 1; when < 1 FA4's heuristic (`heuristic_splits`), exactly
+//!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split).
 //!
 //! fa4gen today has one kernel family (portable), so the family choice is trivial; the sm90
 //! wgmma family will slot in here with a fallback to portable where it cannot implement a spec.
@@ -105,8 +107,11 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
     let mut spec = pick(class)?;
     let m_blocks = rows.div_ceil(spec.block_m() as usize);
     let heads = if pack_gqa { p.heads_kv } else { p.heads };
-    // FA4's heuristic on every family (FA4 splits on sm100f only; fa4gen's portable kernel
-    // splits everywhere, so the same rule applies: the split exists to fill idle SMs).
+    // FA4's heuristic, exactly, on sm100f. FA4 never splits on sm90 / sm120; fa4gen does, with
+    // the same rule counting CTA slots instead of SMs: the portable kernel holds 2 CTAs of 128
+    // threads per SM and one CTA keeps only one K and one V tile in flight, so filling every
+    // slot doubles the loads in flight (decode B=1 Sk=32k H32/8 on the H200: 1.69 TB/s with
+    // 16 splits, see docs/BENCHMARKS.md for 2x).
     let num_splits = if v.num_splits < 1 {
         let sk_eff = match v.mask {
             Mask::Local => p.seqlen_k.min(
@@ -117,14 +122,11 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
             _ => p.seqlen_k,
         };
         let ctas_heads = if pack_gqa { p.heads_kv } else { p.heads };
-        heuristic_splits(
-            p.batch,
-            ctas_heads,
-            m_blocks,
-            sk_eff,
-            spec.tile_n,
-            device.sm_count,
-        )
+        let slots = match arch {
+            Arch::Sm100f => device.sm_count,
+            Arch::Sm90 | Arch::Sm120 => device.sm_count * spec.ctas_per_sm(),
+        };
+        heuristic_splits(p.batch, ctas_heads, m_blocks, sk_eff, spec.tile_n, slots)
     } else {
         v.num_splits as u32
     };
@@ -274,6 +276,36 @@ mod tests {
         }
         println!("validate + select: {best:.0} ns per call");
         assert!(best < 1000.0, "selection takes {best:.0} ns");
+    }
+
+    #[test]
+    fn num_splits_follow_fa4_and_the_slot_rule() {
+        let decode = |b: usize, sk: usize, splits: i32| {
+            let mut p = Problem::new(DType::Bf16, b, 1, sk, 32, 8, 128, 128);
+            p.causal = true;
+            p.num_splits = splits;
+            p
+        };
+        // FA4 on sm100f: min(SMs / (B * Hkv * m_blocks), 128, n_blocks), 1 at <= 4 blocks.
+        let s = sel(&decode(1, 32768, 0), &B200);
+        assert_eq!((s.num_splits, s.grid.2), (148 / 8, 148 / 8));
+        assert!(s.spec.feat.split);
+        // sm90: the same over CTA slots (2 per SM for 128-thread kernels).
+        let s = sel(&decode(1, 32768, 0), &H200);
+        assert_eq!(s.spec.ctas_per_sm(), 2);
+        assert_eq!(s.num_splits, 132 * 2 / 8);
+        assert_eq!(sel(&decode(64, 32768, 0), &H200).num_splits, 1);
+        assert_eq!(sel(&decode(1, 256, 0), &H200).num_splits, 1); // 4 K blocks
+        // Explicit values are honoured; 1 is unsplit and uses the unsplit kernel.
+        let s = sel(&decode(3, 4096, 5), &H200);
+        assert_eq!((s.num_splits, s.grid.2), (5, 15));
+        assert!(s.spec.feat.split);
+        let s = sel(&decode(3, 4096, 1), &H200);
+        assert!(!s.spec.feat.split && s.num_splits == 1);
+        // A window bounds the keys a block sees: few blocks, no split.
+        let mut p = decode(1, 131072, 0);
+        p.window = (Some(127), Some(0));
+        assert_eq!(sel(&p, &H200).num_splits, 1);
     }
 
     #[test]

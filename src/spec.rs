@@ -200,6 +200,9 @@ pub struct Geometry {
     pub smem_q: u32,
     pub smem_k: u32,
     pub smem_v: u32,
+    /// Paged kernels: two slots of `tile_n + 1` page-table entries (int32), prefetched one K
+    /// block ahead (0 bytes otherwise).
+    pub smem_pages: u32,
     pub smem_bytes: u32,
 }
 
@@ -264,7 +267,13 @@ impl KernelSpec {
         let smem_q = 0;
         let smem_k = smem_q + self.block_m() * q_row * elem;
         let smem_v = smem_k + self.tile_n * k_row * elem;
-        let smem_bytes = smem_v + self.tile_n * v_row * elem;
+        let smem_pages = smem_v + self.tile_n * v_row * elem;
+        let page_bytes = if self.feat.paged {
+            (2 * (self.tile_n + 1) * 4).div_ceil(16) * 16
+        } else {
+            0
+        };
+        let smem_bytes = smem_pages + page_bytes;
         Geometry {
             d_pad,
             dv_pad,
@@ -277,8 +286,19 @@ impl KernelSpec {
             smem_q,
             smem_k,
             smem_v,
+            smem_pages,
             smem_bytes,
         }
+    }
+
+    /// CTAs of this kernel one SM holds at once: `__launch_bounds__(threads, 1)` lets ptxas use
+    /// up to 255 registers per thread, so registers allow `65536 / (threads * 255)`; shared
+    /// memory allows the arch's per-CTA limit over this kernel's need.
+    pub fn ctas_per_sm(&self) -> u32 {
+        let g = self.geometry();
+        let by_regs = (65536 / (g.threads * 255)).max(1);
+        let by_smem = (self.arch.max_dynamic_smem() / g.smem_bytes.max(1)).max(1);
+        by_regs.min(by_smem)
     }
 
     /// Every limit of the implementation, as code. `Ok` means the generated kernel compiles

@@ -50,7 +50,9 @@ constexpr int kKRow = kDPad + 8, kVRow = kDvPad + 8;
 constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kBlockM * kQRow * 2;
 constexpr int kSmemV = kSmemK + kTileN * kKRow * 2;
-constexpr int kSmemBytes = kSmemV + kTileN * kVRow * 2;
+constexpr int kSmemPages = kSmemV + kTileN * kVRow * 2;     // paged: 2 slots of page-table entries
+constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
+constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 256 && kSmemBytes == 135168, "layout differs from KernelSpec::geometry");
 static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
 #if defined(__has_builtin)
@@ -65,20 +67,21 @@ static_assert(__builtin_offsetof(FwdParams, group) == 260 &&
 // main loop: at 255 registers a held 64-bit base spills.
 template <int COLS, int STRIDE>
 FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64 batch_stride, i64 head_stride,
-                              i64 row_stride, int nb, int seqlen_k, int cols_valid) {
+                              i64 row_stride, int nb, int seqlen_k, int cols_valid, const int* page_entries) {
   const int z = (int)block_index_z_fresh();
   const int b = kSplit ? z / p.num_splits : z;
   const int hkv = kPackGqa ? (int)block_index_y_fresh() : (int)block_index_y_fresh() / p.group;
   const u16* head_base = base + hkv * head_stride;
   const int n0 = nb * kTileN;
   if constexpr (kPaged) {
-    if (p.page_size % kTileN == 0) {  // the block lies in one page: one lookup, a uniform stride
+    const int* entries = page_entries + (nb & 1) * kPageSlot;  // this block's slot (see the main loop)
+    if (p.page_size % kTileN == 0) {  // the block lies in one page: one entry, a uniform stride
       load_rows_async<kTileN, COLS, STRIDE, kThreads>(
-          smem, head_base + paged_row_offset(p, b, n0, batch_stride, row_stride), row_stride, seqlen_k - n0,
-          cols_valid);
+          smem, head_base + paged_row_offset(p, entries, n0, 0, batch_stride, row_stride), row_stride,
+          seqlen_k - n0, cols_valid);
     } else {
       load_rows_gather_async<kTileN, COLS, STRIDE, kThreads>(
-          smem, head_base, [&](int r) { return paged_row_offset(p, b, n0 + r, batch_stride, row_stride); },
+          smem, head_base, [&](int r) { return paged_row_offset(p, entries, n0, r, batch_stride, row_stride); },
           seqlen_k - n0, cols_valid);
     }
   } else {
@@ -182,15 +185,32 @@ fa4gen_fwd_sm100f_portable_fp16_d256x256_m64n64_q2_local(const __grid_constant__
   const u16* q_base = p.q + seq.q_offset(batch, p.q_batch_stride, p.q_row_stride);
   const u32 sQ = smem_u32(smem + kSmemQ), sK = smem_u32(smem + kSmemK), sV = smem_u32(smem + kSmemV);
 
+  // Paged: block nb's page-table entries live in slot nb & 1, fetched with the previous block's
+  // loads (prefetch_pages), so they are resident when its K and then its V are loaded.
+  const int* page_entries = reinterpret_cast<const int*>(smem + kSmemPages);
   auto load_k = [&](int nb) {
-    load_kv_block<kDPad, kKRow>(sK, p, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb, seq.seqlen_k, kD);
+    load_kv_block<kDPad, kKRow>(sK, p, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb, seq.seqlen_k, kD,
+                                page_entries);
   };
   auto load_v = [&](int nb) {
     load_kv_block<kDvPad, kVRow>(sV, p, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb, seq.seqlen_k,
-                                 kDv);
+                                 kDv, page_entries);
+  };
+  auto prefetch_pages = [&](int nb) {
+    if constexpr (kPaged)
+      prefetch_page_entries<kTileN, kThreads>(smem_u32(smem + kSmemPages) + (nb & 1) * kPageSlot * 4, p, batch, nb,
+                                              seq.seqlen_k);
   };
 
   // ---- prologue: Q and the first (highest) K block in one group ----
+  if constexpr (kPaged) {
+    if (n_hi > n_lo) {
+      prefetch_pages(n_hi - 1);  // the first block's entries, needed at once: wait for them
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+  }
   if (n_hi > n_lo) {
     load_tile_async<kBlockM, kDPad, kQRow, kThreads>(
         sQ,
@@ -210,6 +230,9 @@ fa4gen_fwd_sm100f_portable_fp16_d256x256_m64n64_q2_local(const __grid_constant__
   const LdmatrixLane<kKRow> kl(lane);
   const LdmatrixLane<kVRow> vl(lane);
 
+  // A warp whose rows all lie past the end (decode: a few packed rows in a 128-row tile) still
+  // loads and meets every barrier but skips the math: decode CTAs then cost one warp's MMAs.
+  const bool warp_active = row0 + warp_row0 < rows;
   float o[kMT][kDvT][4];
   zero_accumulators(o);
   OnlineSoftmax<kMT, kNT> softmax;
@@ -220,63 +243,66 @@ fa4gen_fwd_sm100f_portable_fp16_d256x256_m64n64_q2_local(const __grid_constant__
     cp_async_wait<0>();
     __syncthreads();  // K[nb] (and Q) resident for all; every warp is done with V[nb + 1]
     load_v(nb);
+    if (nb > n_lo) prefetch_pages(nb - 1);  // slot (nb - 1) & 1 was last read before this barrier
     cp_async_commit();
 
-    float s[kMT][kNT][4];
-    gemm_qk(s, sQw, sK, ql, kl);
-    if constexpr (kSoftcap) {
-      // s = tanh(qk * scale / c); the softmax multiplies by c * log2(e) (p.scale_log2).
-      const float cs = p.softcap_scale;
+    u32 pa[kMT][kTileN / 16][4];  // P of this block, kept for O += P V after the barrier
+    if (warp_active) {
+      float s[kMT][kNT][4];
+      gemm_qk(s, sQw, sK, ql, kl);
+      if constexpr (kSoftcap) {
+        // s = tanh(qk * scale / c); the softmax multiplies by c * log2(e) (p.scale_log2).
+        const float cs = p.softcap_scale;
 #pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_accurate(s[mt][nt][e] * cs);
-    }
-
-    const int n0 = nb * kTileN;
-    if (mask.block_is_partial(m0, m1, n0, kTileN)) {
-      // Visible keys of a row, relative to this thread's first column: the per-element test is
-      // then a compare against the compile-time column offset. The rows' query indices are
-      // derived here from a fresh thread index, not hoisted out of the main loop (with pack-GQA
-      // they are divisions, and held they cost registers the accumulators need).
-      const int tf = thread_index_fresh();
-      const int thread_row0 = row0 + tf / 32 * kWarpM + tf % 32 / 4;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int i = query_of(thread_row0 + mt * 16 + 8 * h);
-          const int lo = mask.lo(i) - n0 - 2 * t, hi = mask.hi(i) - n0 - 2 * t;
+        for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (nt * 8 + e < lo || nt * 8 + e >= hi) s[mt][nt][2 * h + e] = neg_inf();
+            for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_accurate(s[mt][nt][e] * cs);
+      }
+
+      const int n0 = nb * kTileN;
+      if (mask.block_is_partial(m0, m1, n0, kTileN)) {
+        // Visible keys of a row, relative to this thread's first column: the per-element test is
+        // then a compare against the compile-time column offset. The rows' query indices are
+        // derived here from a fresh thread index, not hoisted out of the main loop (with pack-GQA
+        // they are divisions, and held they cost registers the accumulators need).
+        const int tf = thread_index_fresh();
+        const int thread_row0 = row0 + tf / 32 * kWarpM + tf % 32 / 4;
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int i = query_of(thread_row0 + mt * 16 + 8 * h);
+            const int lo = mask.lo(i) - n0 - 2 * t, hi = mask.hi(i) - n0 - 2 * t;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+              for (int e = 0; e < 2; ++e)
+                if (nt * 8 + e < lo || nt * 8 + e >= hi) s[mt][nt][2 * h + e] = neg_inf();
+          }
+      }
+
+      float corr[kMT][2];
+      softmax.update(s, p.scale_log2, corr);
+      pack_p(pa, s);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < kDvT; ++dt) {
+          o[mt][dt][0] *= corr[mt][0];
+          o[mt][dt][1] *= corr[mt][0];
+          o[mt][dt][2] *= corr[mt][1];
+          o[mt][dt][3] *= corr[mt][1];
         }
     }
-
-    float corr[kMT][2];
-    softmax.update(s, p.scale_log2, corr);
-    u32 pa[kMT][kTileN / 16][4];
-    pack_p(pa, s);
-#pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-      for (int dt = 0; dt < kDvT; ++dt) {
-        o[mt][dt][0] *= corr[mt][0];
-        o[mt][dt][1] *= corr[mt][0];
-        o[mt][dt][2] *= corr[mt][1];
-        o[mt][dt][3] *= corr[mt][1];
-      }
 
     cp_async_wait<0>();
     __syncthreads();  // V[nb] resident for all; every warp is done with K[nb]
     if (nb > n_lo) load_k(nb - 1);
     cp_async_commit();
 
-    gemm_pv(o, pa, sV, vl);
+    if (warp_active) gemm_pv(o, pa, sV, vl);
   }
 
   // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised ----

@@ -67,6 +67,8 @@ class _Problem(ctypes.Structure):
         ("num_pages", ctypes.c_int64),
         ("pages_per_seq", ctypes.c_int64),
         ("page_table_stride", ctypes.c_int64),
+        ("tile_m", ctypes.c_int32),
+        ("tile_n", ctypes.c_int32),
     ]
 
 
@@ -212,7 +214,7 @@ def _int32_vector(name, t, n, device):
 
 def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
          page_table, softmax_scale, causal, window_size, learnable_sink, softcap, num_splits, pack_gqa,
-         return_lse, out, lse):
+         return_lse, out, lse, tile_mn=None):
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v) if isinstance(t, torch.Tensor)):
         raise NotImplementedError("the backward pass is not built in fa4gen: call under torch.no_grad() "
                                   "or with tensors that do not require grad")
@@ -301,6 +303,8 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
     s4 = lambda t: (0,) + tuple(t.stride()) if t.dim() == 3 else tuple(t.stride())[:3]  # noqa: E731
     p = _problem((b, sq, sk, h, hkv, d, dv, q.dtype), (s4(q)[:3], s4(k)[:3], s4(v)[:3], s4(out)[:3]),
                  softmax_scale, causal, window_size, pack_gqa, return_lse, num_splits)
+    if tile_mn is not None:
+        p.tile_m, p.tile_n = int(tile_mn[0]), int(tile_mn[1])
     p.softcap = float(softcap or 0.0)
     p.has_sinks = int(sinks is not None)
     if q_packed:
@@ -355,10 +359,12 @@ def flash_attn_func(
     *,
     out=None,
     lse=None,
+    tile_mn=None,
 ):
     """Attention forward with flash_attn.cute's signature and return convention:
     q (B, Sq, H, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) -> (out (B, Sq, H, Dv), lse (B, H, Sq)
-    fp32 or None). `out=` / `lse=` optionally receive preallocated outputs (contiguous)."""
+    fp32 or None). `out=` / `lse=` optionally receive preallocated outputs (contiguous);
+    `tile_mn=(m, n)` forces a tile (FA4's internal tuning knob)."""
     _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod,
                        aux_tensors=aux_tensors, block_sparse_tensors=block_sparse_tensors,
                        block_sparse_tensors_bwd=block_sparse_tensors_bwd)
@@ -367,7 +373,7 @@ def flash_attn_func(
     return _run(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_q=None,
                 seqused_k=None, page_table=None, softmax_scale=softmax_scale, causal=causal, window_size=window_size,
                 learnable_sink=learnable_sink, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
-                return_lse=return_lse, out=out, lse=lse)
+                return_lse=return_lse, out=out, lse=lse, tile_mn=tile_mn)
 
 
 def flash_attn_varlen_func(
@@ -405,6 +411,7 @@ def flash_attn_varlen_func(
     *,
     out=None,
     lse=None,
+    tile_mn=None,
 ):
     """flash_attn.cute's varlen entry point: q (total_q, H, D) with cu_seqlens_q (or batched with
     seqused_q), k/v (total_k, Hkv, D) with cu_seqlens_k, batched with seqused_k, or paged
@@ -417,16 +424,23 @@ def flash_attn_varlen_func(
     return _run(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
                 max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table,
                 softmax_scale=softmax_scale, causal=causal, window_size=window_size, learnable_sink=learnable_sink,
-                softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, lse=lse)
+                softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, lse=lse,
+                tile_mn=tile_mn)
 
 
-def kernel_name(q, k, v, causal=False, window_size=(None, None), pack_gqa=None, return_lse=False):
-    """The stem of the kernel flash_attn_func would run for these tensors."""
+def kernel_name(q, k, v, causal=False, window_size=(None, None), pack_gqa=None, return_lse=False, tile_mn=None,
+                learnable_sink=None, softcap=0.0, num_splits=1):
+    """The stem of the kernel flash_attn_func would run for these (batched) tensors."""
     b, sq, h, d = q.shape
     _, sk, hkv, dv = v.shape
     p = _problem((b, sq, sk, h, hkv, d, dv, q.dtype),
                  (q.stride()[:3], k.stride()[:3], v.stride()[:3], (sq * h * dv, h * dv, dv)),
-                 None, causal, window_size, pack_gqa, return_lse, 1)
+                 None, causal, window_size, pack_gqa, return_lse, num_splits)
+    p.total_q = p.total_k = -1
+    p.has_sinks = int(learnable_sink is not None)
+    p.softcap = float(softcap or 0.0)
+    if tile_mn is not None:
+        p.tile_m, p.tile_n = int(tile_mn[0]), int(tile_mn[1])
     buf = ctypes.create_string_buffer(256)
     _check(_load().fa4gen_kernel_name(_handle(q.device), ctypes.byref(p), buf, 256))
     return buf.value.decode()

@@ -109,23 +109,30 @@ def window():
     q = torch.randn(b, s, h, d, device=DEV, dtype=BF)
     k = torch.randn(b, s, hkv, d, device=DEV, dtype=BF)
     v = torch.randn(b, s, hkv, d, device=DEV, dtype=BF)
-    t_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0)), 1)
     t_full = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v), 1)
-    # Visited blocks of the local kernel (packed GQA rows: Sq * G, 128-row blocks, 64-key tiles).
-    stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0))
-    tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
     full_stem = fa4gen.kernel_name(q, k, v)
     fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
-    visited = 0
-    for m0 in range(0, s * g, tm):
-        q0, q1 = m0 // g, min(s, (m0 + tm - 1) // g + 1)
-        visited += (q1 - 1) // tn - max(0, q0 - (w - 1)) // tn + 1
-    total_full = math.ceil(s * g / fm) * math.ceil(s / fn_)
-    work = visited * tm * tn / (total_full * fm * fn_)
-    emit(bench="window128-S16k", ms_window=round(t_win, 4), ms_unmasked=round(t_full, 4),
-         visited_fraction=round(work, 5), ratio_to_visited_work=round(t_win / (t_full * work), 3),
-         kernel=stem, target="<= 1.2")
+    # The table's tile, then candidates (the tile sweep for local masks).
+    for tile in (None, (64, 64), (64, 32), (128, 32)):
+        try:
+            t_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0),
+                                                                   tile_mn=tile), 1)
+        except Exception as e:  # noqa: BLE001
+            emit(bench="window128-S16k", tile=tile, error=str(e)[:200])
+            continue
+        stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)
+        tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
+        # Visited blocks (packed GQA rows: Sq * G) against the unmasked kernel's blocks.
+        visited = 0
+        for m0 in range(0, s * g, tm):
+            q0, q1 = m0 // g, min(s, (m0 + tm - 1) // g + 1)
+            visited += (q1 - 1) // tn - max(0, q0 - (w - 1)) // tn + 1
+        total_full = math.ceil(s * g / fm) * math.ceil(s / fn_)
+        work = visited * tm * tn / (total_full * fm * fn_)
+        emit(bench="window128-S16k", tile=tile, ms_window=round(t_win, 4), ms_unmasked=round(t_full, 4),
+             visited_fraction=round(work, 5), ratio_to_visited_work=round(t_win / (t_full * work), 3),
+             kernel=stem, target="<= 1.2")
 
 
 def varlen():
@@ -230,7 +237,27 @@ def graph_replay_check(q, k, v, table):
     emit(bench="decode-graph-replay", equal_to_eager=bool(torch.equal(out, eager) and torch.equal(lse, eager_lse)))
 
 
-SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "decode": decode}
+def decode_tiles():
+    """Decode tile candidates (B=1 and 64, Sk=32k, split heuristic): which tile the table takes."""
+    h, hkv, d, sk = 32, 8, 128, 32768
+    for b in (1, 64):
+        kv_bytes = 2 * b * sk * hkv * d * 2
+        n = copies_for(kv_bytes)
+        qs = [torch.randn(b, 1, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        for tile in (None, (64, 64), (64, 128), (128, 32), (64, 32)):
+            try:
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True, num_splits=0,
+                                                                    tile_mn=tile), n)
+                emit(bench="decode-tiles", B=b, Sk=sk, tile=tile, GBs=round(kv_bytes / ms / 1e6, 1))
+            except Exception as e:  # noqa: BLE001
+                emit(bench="decode-tiles", B=b, tile=tile, error=str(e)[:200])
+        del qs, ks, vs
+        torch.cuda.empty_cache()
+
+
+SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "decode": decode, "decode-tiles": decode_tiles}
 
 if __name__ == "__main__":
     with torch.no_grad():

@@ -6,6 +6,7 @@
 // sequence) are each optional at run time, as in FA4. Paged: K/V rows come from pages through
 // the page table; the K length is seqused_k[b] or seqlen_k (= max_pages * page_size).
 #pragma once
+#include "fa4gen/cp_async.cuh"
 #include "fa4gen/fwd_params.cuh"
 
 namespace fa4 {
@@ -54,9 +55,24 @@ FA4_DEVICE i64 kv_seq_offset(const FwdParams& p, int b, i64 batch_stride, i64 ro
   return (i64)b * batch_stride;
 }
 
-// Element offset of key j of sequence b in a paged k/v (page stride = the batch stride).
-FA4_DEVICE i64 paged_row_offset(const FwdParams& p, int b, int j, i64 page_stride, i64 row_stride) {
-  const int page = p.page_table[(i64)b * p.page_table_batch_stride + j / p.page_size];
+// Paged K/V: the page-table entries one K block spans are copied into shared memory one block
+// ahead (cp.async, 4 bytes each), so computing a row's address never waits on a global load.
+// A block of TILE_N keys starting at n0 spans entries n0 / page_size ..
+// (min(n0 + TILE_N, seqlen_k) - 1) / page_size: at most TILE_N + 1 (page size 1).
+template <int TILE_N, int NTHREADS>
+FA4_DEVICE void prefetch_page_entries(u32 slot, const FwdParams& p, int b, int nb, int seqlen_k) {
+  const int n0 = nb * TILE_N;
+  const int first = n0 / p.page_size;
+  const int last = (min(n0 + TILE_N, seqlen_k) - 1) / p.page_size;
+  const int* row = p.page_table + (i64)b * p.page_table_batch_stride;
+  for (int i = (int)thread_index_fresh(); i <= last - first; i += NTHREADS) cp_async_4(slot + i * 4, row + first + i);
+}
+
+// Element offset of key n0 + r (block start n0) from the slot of its block's page entries.
+FA4_DEVICE i64 paged_row_offset(const FwdParams& p, const int* entries, int n0, int r, i64 page_stride,
+                                i64 row_stride) {
+  const int j = n0 + r;
+  const int page = entries[j / p.page_size - n0 / p.page_size];
   return (i64)page * page_stride + (i64)(j % p.page_size) * row_stride;
 }
 
