@@ -13,8 +13,8 @@
 //! - with and without LSE (LSE for cascade / chunk merging);
 //! - unsplit and split-KV (decode and long-K chunks);
 //!
-//! each at every q_stage the family's selection can ask for, GQA packed when G > 1 (selection's
-//! default).
+//! each at every q_stage the family's selection can ask for and on the decode tile (for at most
+//! 64 packed query rows), GQA packed when G > 1 (selection's default).
 
 use crate::arch::Arch;
 use crate::spec::{DType, Features, KernelSpec, Mask};
@@ -190,6 +190,8 @@ impl ModelAttention {
                                 },
                             };
                             out.extend(class.portable());
+                            // Decode steps and small chunks select the decode tile.
+                            out.extend(class.decode());
                         }
                     }
                 }
@@ -257,11 +259,18 @@ mod tests {
                 let a = m.plan(arch);
                 assert_eq!(a, m.plan(arch), "{name}");
                 let masks = m.full_layers as usize + m.sliding_window.is_some() as usize;
-                assert_eq!(
-                    a.len(),
-                    masks * 2 * 4 * 2 * tiles::q_stages(arch).len(),
-                    "{name} {arch}"
+                // Each class on the main tile table at every q_stage, and on the decode tile
+                // where that differs (d 256 uses 64x64 for both).
+                let classes = masks * 2 * 4 * 2;
+                let qs = tiles::q_stages(arch).len();
+                assert!(
+                    (classes * qs..=classes * (qs + 1)).contains(&a.len()),
+                    "{name} {arch}: {}",
+                    a.len()
                 );
+                if m.head_dim.max(m.head_dim_v) <= 128 {
+                    assert_eq!(a.len(), classes * (qs + 1), "{name} {arch}");
+                }
                 for s in &a {
                     s.can_implement().unwrap();
                     assert_eq!(s.feat.sink, m.sinks);

@@ -20,12 +20,29 @@ pub fn plan_names() -> Vec<&'static str> {
     names
 }
 
+/// The named plan `name` refers to: itself, or the one shipped model whose name it begins
+/// (`gpt-oss` is `gpt-oss-20b`, `qwen3` is `qwen3-32b`).
+pub fn canonical_name(name: &str) -> Option<&'static str> {
+    let names = plan_names();
+    if let Some(n) = names.iter().find(|n| **n == name) {
+        return Some(n);
+    }
+    let mut hits = names
+        .iter()
+        .filter(|n| n.starts_with(name) && !name.is_empty());
+    match (hits.next(), hits.next()) {
+        (Some(n), None) => Some(n),
+        _ => None,
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("unknown plan `{0}` (known: {known})", known = plan_names().join(", "))]
 pub struct UnknownPlan(pub String);
 
 /// The specs of plan `name` for `arch`, sorted by stem and free of duplicates.
 pub fn plan(name: &str, arch: Arch) -> Result<Vec<KernelSpec>, UnknownPlan> {
+    let name = canonical_name(name).ok_or_else(|| UnknownPlan(name.to_string()))?;
     let mut specs = match name {
         "default" => default_plan(arch),
         "tiles" => tile_sweep(arch),
@@ -118,5 +135,17 @@ mod tests {
     #[test]
     fn unknown_plan_is_an_error() {
         assert!(plan("nope", Arch::Sm90).is_err());
+        assert!(plan("gemma", Arch::Sm90).is_err()); // gemma-3-12b or gemma-2-9b: ambiguous
+    }
+
+    #[test]
+    fn model_names_resolve_by_prefix() {
+        assert_eq!(canonical_name("gpt-oss"), Some("gpt-oss-20b"));
+        assert_eq!(canonical_name("qwen3"), Some("qwen3-32b"));
+        assert_eq!(canonical_name("default"), Some("default"));
+        assert_eq!(
+            plan("gpt-oss", Arch::Sm90).unwrap(),
+            plan("gpt-oss-20b", Arch::Sm90).unwrap()
+        );
     }
 }

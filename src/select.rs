@@ -40,6 +40,9 @@ pub struct Selection {
     pub grid: (u32, u32, u32),
     /// K ranges per (query block, head); > 1 only for split kernels.
     pub num_splits: u32,
+    /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
+    /// library without it falls back to `select_table` (see `FlashAttention::plan`).
+    pub decode_tile: bool,
 }
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
@@ -61,7 +64,22 @@ pub fn heuristic_splits(
     ((sm_count as usize / ctas).min(128).min(n_blocks)).max(1) as u32
 }
 
+/// The preferred kernel: on the decode tile table for decode-shaped problems.
 pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selection, Error> {
+    select_with(p, v, device, true)
+}
+
+/// The kernel on the family's main tile table (the fallback for decode-shaped problems).
+pub fn select_table(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selection, Error> {
+    select_with(p, v, device, false)
+}
+
+fn select_with(
+    p: &Problem,
+    v: &Validated,
+    device: &DeviceInfo,
+    decode_tiles: bool,
+) -> Result<Selection, Error> {
     let arch = device.arch()?;
     let pack_gqa = p.pack_gqa.unwrap_or(v.group > 1);
     let rows = p.seqlen_q * if pack_gqa { v.group } else { 1 };
@@ -87,7 +105,11 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
             split: false,
         },
     };
+    let decode = decode_tiles && p.tile_mn.is_none() && rows <= crate::tiles::DECODE_ROWS;
     let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
+        if decode && let Some(s) = class.decode() {
+            return Ok(s);
+        }
         match p.tile_mn {
             // The caller's tile (FA4's `tile_mn`), checked like any spec.
             Some((tile_m, tile_n)) => {
@@ -142,6 +164,7 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
             (p.batch * num_splits as usize) as u32,
         ),
         num_splits,
+        decode_tile: decode && class.decode() == Some(spec),
     })
 }
 
@@ -237,7 +260,14 @@ mod tests {
                             let mut p = Problem::new(DType::Bf16, b, sq, sk, 128, 128, 192, 128);
                             p.causal = causal;
                             p.return_lse = lse;
+                            // Decode-shaped probes prefer the decode tile, which the default
+                            // plan does not ship: the runtime then takes the table's kernel.
                             let s = sel(&p, &dev);
+                            assert_eq!(s.decode_tile, sq <= 64, "{fam} sq {sq}");
+                            if s.decode_tile {
+                                assert_eq!((s.spec.tile_m, s.spec.tile_n), (64, 64));
+                            }
+                            let s = select_table(&p, &p.validate().unwrap(), &dev).unwrap();
                             let q = if fam == "sm100f" && sq > 128 { 2 } else { 1 };
                             let want = format!(
                                 "fwd.{fam}.portable.bf16.d192x128.m128n64.q{q}{}{}",
@@ -292,6 +322,8 @@ mod tests {
         assert!(s.spec.feat.split);
         // sm90: the same over CTA slots (2 per SM for 128-thread kernels).
         let s = sel(&decode(1, 32768, 0), &H200);
+        assert!(s.decode_tile);
+        assert_eq!((s.spec.tile_m, s.spec.tile_n), (64, 128)); // 4 packed rows: the decode tile
         assert_eq!(s.spec.ctas_per_sm(), 2);
         assert_eq!(s.num_splits, 132 * 2 / 8);
         assert_eq!(sel(&decode(64, 32768, 0), &H200).num_splits, 1);

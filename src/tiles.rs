@@ -15,11 +15,11 @@ use crate::spec::{DType, Features, Impl, KernelSpec, Mask};
 /// - d 256:     64x64 287/265, 128x128 287/248, 128x64 264/232, 128x32 230/203, 64x128 215/161
 ///   (64x64: 4 warps and 99 KB, so two CTAs share an SM and cover each other's barriers).
 fn portable_candidates(d: u32, dv: u32, mask: Mask, feat: Features) -> &'static [(u32, u32)] {
-    if d.max(dv) <= 64 && mask != Mask::Local && !feat.varlen && !feat.split {
+    if d.max(dv) <= 64 && mask != Mask::Local && !feat.varlen && !feat.split && !feat.paged {
         &[(128, 128), (128, 64), (64, 64)]
     } else if d.max(dv) <= 64 {
         // Local windows visit few blocks; 128x128 spilled here (the window test per element
-        // needs registers the 128 S accumulators hold). Ragged batches and split-KV hold a
+        // needs registers the 128 S accumulators hold). Ragged batches, pages and split-KV hold a
         // sequence's offsets and lengths (or its split range) and spilled 112-252 bytes at
         // 128x128 with causal masks (gpt-oss plan, NVRTC 13.5).
         &[(128, 64), (64, 64)]
@@ -72,7 +72,35 @@ impl SpecClass {
             .map(|&(m, n)| self.on_tile(m, n))
             .find(|s| s.can_implement().is_ok())
     }
+
+    /// The spec on the decode tile table (see `decode_candidates`), for problems of at most
+    /// `DECODE_ROWS` packed rows; `None` when no decode tile fits (the portable table then).
+    pub fn decode(self) -> Option<KernelSpec> {
+        if self.q_stage != 1 {
+            return None;
+        }
+        decode_candidates(self.d, self.dv)
+            .iter()
+            .map(|&(m, n)| self.on_tile(m, n))
+            .find(|s| s.can_implement().is_ok())
+    }
 }
+
+/// Decode-shaped problems (at most 64 packed query rows: Sq * G for decode steps, small
+/// chunks): a 64-row tile wastes half the MMA rows of a 128-row one, and 128-key blocks keep
+/// twice the K/V bytes in flight per CTA. Measured on the H200 (bf16, d128, H32/Hkv8, Sq 1,
+/// Sk 32k, split heuristic; docs/BENCHMARKS.md): B=1 2.34 TB/s (128x64) -> 2.90 (64x128),
+/// B=64 3.57 -> 4.28 TB/s; 64x64 2.76 / 3.99, 64x32 and 128x32 slower.
+fn decode_candidates(d: u32, dv: u32) -> &'static [(u32, u32)] {
+    if d.max(dv) <= 128 {
+        &[(64, 128), (64, 64)]
+    } else {
+        &[(64, 64), (64, 32)]
+    }
+}
+
+/// The largest packed row count that selects a decode tile.
+pub const DECODE_ROWS: usize = 64;
 
 /// The q_stage values FA4's selection can ask for on a family: sm100f uses 2 Q tiles per CTA
 /// once `max_seqlen_q * G > 128`, the others always 1.

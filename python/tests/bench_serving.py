@@ -257,7 +257,27 @@ def decode_tiles():
         torch.cuda.empty_cache()
 
 
-SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "decode": decode, "decode-tiles": decode_tiles}
+def decode_splits():
+    """The split count on sm90: FA4's rule over SMs (132 / CTAs) vs fa4gen's over CTA slots."""
+    h, hkv, d, sk = 32, 8, 128, 32768
+    for b in (1, 8):
+        kv_bytes = 2 * b * sk * hkv * d * 2
+        n = copies_for(kv_bytes)
+        qs = [torch.randn(b, 1, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        fa4_rule = max(1, min(132 // (b * hkv), 128))
+        for splits in sorted({0, fa4_rule, 2 * fa4_rule, 4 * fa4_rule, max(1, fa4_rule // 2)}):
+            ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True,
+                                                                num_splits=splits), n)
+            emit(bench="decode-splits", B=b, Sk=sk, num_splits=splits if splits else "heuristic",
+                 fa4_rule=fa4_rule, GBs=round(kv_bytes / ms / 1e6, 1))
+        del qs, ks, vs
+        torch.cuda.empty_cache()
+
+
+SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "decode": decode, "decode-tiles": decode_tiles,
+            "decode-splits": decode_splits}
 
 if __name__ == "__main__":
     with torch.no_grad():

@@ -187,7 +187,24 @@ impl FlashAttention {
     pub fn plan(&self, problem: &Problem) -> Result<(Validated, Selection), Error> {
         let v = problem.validate()?;
         let s = select::select(problem, &v, &self.device)?;
+        // A decode tile the library does not ship (the default plan is prefill-shaped): the
+        // main tile table's kernel serves the call instead.
+        if s.decode_tile && !self.can_load(&s.spec) {
+            let t = select::select_table(problem, &v, &self.device)?;
+            if self.can_load(&t.spec) {
+                return Ok((v, t));
+            }
+        }
         Ok((v, s))
+    }
+
+    /// Whether `spec` is in the library (or the jit may compile it).
+    fn can_load(&self, spec: &KernelSpec) -> bool {
+        #[cfg(feature = "jit")]
+        if self.jit.is_some() {
+            return true;
+        }
+        self.lib.entry(&spec.stem()).is_some()
     }
 
     /// Whether the library can run this problem (validation and selection pass and the

@@ -37,8 +37,10 @@ pub struct GenArgs {
 pub fn resolve_plan(plan: &str, arch: Arch) -> Result<(String, Vec<KernelSpec>), String> {
     let path = Path::new(plan);
     if !path.is_file() {
+        // Named plans build into their canonical directory (`gpt-oss` -> plans/gpt-oss-20b).
+        let name = plan::canonical_name(plan).unwrap_or(plan);
         return Ok((
-            plan.to_string(),
+            name.to_string(),
             plan::plan(plan, arch).map_err(|e| e.to_string())?,
         ));
     }
