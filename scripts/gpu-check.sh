@@ -24,7 +24,8 @@ for step in $steps; do
     ;;
   sass)
     echo "SASS of sm90 cubins: stem | HMMA | LDSM | LDGSTS | MUFU.EX2 | LDL | STL"
-    for f in .stage/generated/sm90/fwd.sm90.portable.bf16.{d64x64.m128n128,d96x96.m128n64,d128x128.m128n64,d192x128.m128n64,d256x256.m64n64}.q1.causal.lse.cubin; do
+    for f in .stage/generated/sm90/fwd.sm90.portable.bf16.{d64x64.m128n128,d96x96.m128n64,d128x128.m128n64,d192x128.m128n64,d256x256.m64n64}.q1.causal.lse.cubin \
+             .stage/plans/gpt-oss-20b/sm90/*{causal.lse.packgqa.varlen.paged.sink.split,local.lse.packgqa.varlen.paged.sink,causal.packgqa.paged.sink}.cubin; do
       cuobjdump --dump-sass "$f" > "$OUT/sass.tmp" 2>&1 || { echo "cuobjdump failed on $f"; status=1; continue; }
       c() { grep -c -E "$1" "$OUT/sass.tmp"; }
       echo "$(basename "$f" .cubin) | $(c 'HMMA') | $(c 'LDSM') | $(c 'LDGSTS') | $(c 'MUFU.EX2') | $(c '\bLDL') | $(c '\bSTL')"

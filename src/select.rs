@@ -5,7 +5,10 @@
 //! - q_stage on sm100f: 2 iff `max_seqlen_q * (pack_gqa ? G : 1) > 128`, else 1 (1 elsewhere);
 //! - pack_gqa: the caller's choice, default on when G = H / Hkv > 1;
 //! - num_splits: the caller's when >= 1; when < 1 FA4's heuristic (`heuristic_splits`), exactly
-//!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split).
+//!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split),
+//!   rounded there to equal shares of K blocks (no empty split);
+//! - tiles: the family's table, or the decode table for at most 64 packed query rows (with the
+//!   table's kernel as the runtime's fallback when a library does not ship the decode tile).
 //!
 //! fa4gen today has one kernel family (portable), so the family choice is trivial; the sm90
 //! wgmma family will slot in here with a fallback to portable where it cannot implement a spec.
@@ -148,7 +151,16 @@ fn select_with(
             Arch::Sm100f => device.sm_count,
             Arch::Sm90 | Arch::Sm120 => device.sm_count * spec.ctas_per_sm(),
         };
-        heuristic_splits(p.batch, ctas_heads, m_blocks, sk_eff, spec.tile_n, slots)
+        let n = heuristic_splits(p.batch, ctas_heads, m_blocks, sk_eff, spec.tile_n, slots);
+        match arch {
+            Arch::Sm100f => n,
+            // Equal shares, no empty split: 256 blocks over 33 splits is 8 blocks in 32 of
+            // them (B=1 Sk=32k d128 H32/8 on the H200: 32 splits 2.95 TB/s, 33 2.66 TB/s).
+            Arch::Sm90 | Arch::Sm120 => {
+                let n_blocks = sk_eff.div_ceil(spec.tile_n as usize).max(1) as u32;
+                n_blocks.div_ceil(n_blocks.div_ceil(n))
+            }
+        }
     } else {
         v.num_splits as u32
     };
@@ -325,7 +337,8 @@ mod tests {
         assert!(s.decode_tile);
         assert_eq!((s.spec.tile_m, s.spec.tile_n), (64, 128)); // 4 packed rows: the decode tile
         assert_eq!(s.spec.ctas_per_sm(), 2);
-        assert_eq!(s.num_splits, 132 * 2 / 8);
+        // 264 / 8 = 33 slots per head, equalised over 256 blocks: 8 blocks in each of 32.
+        assert_eq!(s.num_splits, 32);
         assert_eq!(sel(&decode(64, 32768, 0), &H200).num_splits, 1);
         assert_eq!(sel(&decode(1, 256, 0), &H200).num_splits, 1); // 4 K blocks
         // Explicit values are honoured; 1 is unsplit and uses the unsplit kernel.
