@@ -752,3 +752,151 @@ fn split_kv() {
     cases.push(c);
     run_all("split_kv", &cases);
 }
+
+/// #6: the combine kernel alone (FA4's `flash_attn_combine` layout) against an f64 reduction,
+/// for every split count 1..=256: random fp32 partials, some splits empty (LSE -inf), sinks
+/// on every third count; out within one 16-bit ulp of the f64 result (+1e-4 for fp32
+/// accumulation over 256 terms), LSE to 1e-5 relative.
+#[test]
+fn combine_alone() {
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    let Some((_ctx, stream, fa)) = setup() else {
+        return;
+    };
+    let seed = run_seed();
+    println!("combine_alone: splits 1..=256, seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (b, sq, h, dv) = (2usize, 3usize, 4usize, 128usize);
+    let mut failures = Vec::new();
+    let mut worst = 0f64;
+    for splits in 1..=256usize {
+        let dtype = if splits % 2 == 0 {
+            DType::Bf16
+        } else {
+            DType::Fp16
+        };
+        let sinks = splits % 3 == 0;
+        let rows = b * sq * h;
+        let o_part: Vec<f32> = (0..splits * rows * dv)
+            .map(|_| rng.sample::<f32, _>(StandardNormal))
+            .collect();
+        // (splits, B, H, Sq); a quarter of the entries -inf (a split that saw no key).
+        let lse_part: Vec<f32> = (0..splits * rows)
+            .map(|_| {
+                if rng.random_range(0..4) == 0 {
+                    f32::NEG_INFINITY
+                } else {
+                    3.0 * rng.sample::<f32, _>(StandardNormal)
+                }
+            })
+            .collect();
+        let sink: Vec<f32> = (0..h)
+            .map(|_| 2.0 * rng.sample::<f32, _>(StandardNormal))
+            .collect();
+        let mut p = Problem::new(dtype, b, sq, 1, h, h, dv, dv);
+        p.return_lse = true;
+        p.sinks = sinks;
+        let run = || -> Result<(Vec<u16>, Vec<f32>), String> {
+            let e = |e: cudarc::driver::DriverError| e.to_string();
+            let d_o = stream.clone_htod(&o_part).map_err(e)?;
+            let d_l = stream.clone_htod(&lse_part).map_err(e)?;
+            let d_s = stream.clone_htod(&sink).map_err(e)?;
+            let mut out = stream
+                .clone_htod(&vec![reference::nan_bits(dtype); rows * dv])
+                .map_err(e)?;
+            let mut lse = stream.clone_htod(&vec![f32::NAN; rows]).map_err(e)?;
+            {
+                let (po, _g1) = d_o.device_ptr(&stream);
+                let (pl, _g2) = d_l.device_ptr(&stream);
+                let (ps, _g3) = d_s.device_ptr(&stream);
+                let (pout, _g4) = out.device_ptr_mut(&stream);
+                let (plse, _g5) = lse.device_ptr_mut(&stream);
+                let ptrs = runtime::RawPtrs {
+                    o: pout,
+                    lse: plse,
+                    sinks: if sinks { ps } else { 0 },
+                    ..Default::default()
+                };
+                // SAFETY: every buffer above holds the extents of the problem and the layouts.
+                unsafe { fa.combine_raw(stream.cu_stream(), &p, splits as u32, po, pl, ptrs) }
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok((
+                stream.clone_dtoh(&out).map_err(e)?,
+                stream.clone_dtoh(&lse).map_err(e)?,
+            ))
+        };
+        let (out, lse) = match run() {
+            Ok(r) => r,
+            Err(e) => {
+                failures.push(format!("splits {splits}: {e}"));
+                continue;
+            }
+        };
+        let out = reference::decode(dtype, &out);
+        for bi in 0..b {
+            for hi in 0..h {
+                for i in 0..sq {
+                    let lse_at = |s: usize| lse_part[((s * b + bi) * h + hi) * sq + i] as f64;
+                    let mut m = (0..splits).map(lse_at).fold(f64::NEG_INFINITY, f64::max);
+                    if sinks {
+                        m = m.max(sink[hi] as f64);
+                    }
+                    let mut total = (0..splits).map(|s| (lse_at(s) - m).exp()).sum::<f64>();
+                    if sinks {
+                        total += (sink[hi] as f64 - m).exp();
+                    }
+                    let ref_lse = if m == f64::NEG_INFINITY {
+                        f64::NEG_INFINITY
+                    } else {
+                        m + total.ln()
+                    };
+                    let got_lse = lse[(bi * h + hi) * sq + i] as f64;
+                    let lse_ok = if ref_lse == f64::NEG_INFINITY {
+                        got_lse == f64::NEG_INFINITY
+                    } else {
+                        (got_lse - ref_lse).abs() <= 1e-5 * ref_lse.abs().max(1.0)
+                    };
+                    if !lse_ok {
+                        failures.push(format!("splits {splits}: lse {got_lse} vs {ref_lse}"));
+                    }
+                    for c in 0..dv {
+                        let r: f64 = if ref_lse == f64::NEG_INFINITY {
+                            0.0
+                        } else {
+                            (0..splits)
+                                .map(|s| {
+                                    (lse_at(s) - ref_lse).exp()
+                                        * o_part[(((s * b + bi) * sq + i) * h + hi) * dv + c] as f64
+                                })
+                                .sum()
+                        };
+                        let got = out[((bi * sq + i) * h + hi) * dv + c] as f64;
+                        // One rounding to the 16-bit output (2^-8 bf16, 2^-11 fp16) plus fp32 noise.
+                        let ulp = if dtype == DType::Bf16 {
+                            2f64.powi(-8)
+                        } else {
+                            2f64.powi(-11)
+                        };
+                        let tol = ulp * r.abs() + 1e-4;
+                        let err = (got - r).abs();
+                        worst = worst.max(err / tol);
+                        if err.is_nan() || err > tol {
+                            failures.push(format!(
+                                "splits {splits}: out[{bi},{i},{hi},{c}] = {got}, want {r}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    println!(
+        "combine_alone: 256 split counts, {} failures; worst err/tolerance {worst:.3}",
+        failures.len()
+    );
+    for f in failures.iter().take(20) {
+        println!("FAIL {f}");
+    }
+    assert!(failures.is_empty());
+}

@@ -270,7 +270,7 @@ impl FlashAttention {
     }
 
     /// Bytes of split-KV scratch a problem needs (0 when selection does not split it): fp32
-    /// partial O `(splits, total_q, H, Dv)` then partial LSE `(splits, H, total_q)`.
+    /// partial O `(splits, total_q, H, Dv)` then partial LSE `(splits, <the LSE's layout>)`.
     pub fn workspace_bytes(&self, problem: &Problem) -> Result<usize, Error> {
         let (_, sel) = self.plan(problem)?;
         Ok(split_workspace(problem, sel.num_splits).0)
@@ -329,48 +329,7 @@ impl FlashAttention {
         ptrs: RawPtrs,
     ) -> Result<(), Error> {
         let (v, sel) = self.plan(problem)?;
-        let [qn, kn, vn, on, ln] = problem.extents()?;
-        for (field, ptr, align, len) in [
-            ("q", ptrs.q, 16, qn),
-            ("k", ptrs.k, 16, kn),
-            ("v", ptrs.v, 16, vn),
-            ("out", ptrs.o, 16, on),
-            ("lse", ptrs.lse, 4, ln),
-        ] {
-            // An empty tensor (e.g. no keys at all) may be null; anything else may not.
-            let needed = (field != "lse" || problem.return_lse) && len > 0;
-            if needed && (ptr == 0 || !ptr.is_multiple_of(align)) {
-                return Err(Error::invalid(
-                    field,
-                    format!("pointer {ptr:#x}"),
-                    format!("a non-null device pointer aligned to {align} bytes"),
-                ));
-            }
-        }
-        let vl = problem.varlen.unwrap_or_default();
-        for (field, ptr, declared) in [
-            ("cu_seqlens_q", ptrs.cu_seqlens_q, vl.total_q.is_some()),
-            ("cu_seqlens_k", ptrs.cu_seqlens_k, vl.total_k.is_some()),
-            ("seqused_q", ptrs.seqused_q, vl.seqused_q),
-            ("seqused_k", ptrs.seqused_k, vl.seqused_k),
-            ("page_table", ptrs.page_table, problem.paged.is_some()),
-            ("learnable_sink", ptrs.sinks, problem.sinks),
-        ] {
-            if declared && (ptr == 0 || !ptr.is_multiple_of(4)) {
-                return Err(Error::invalid(
-                    field,
-                    format!("pointer {ptr:#x}"),
-                    "a non-null, 4-byte aligned device pointer (the problem declares this array)",
-                ));
-            }
-            if !declared && ptr != 0 {
-                return Err(Error::invalid(
-                    field,
-                    format!("pointer {ptr:#x}"),
-                    "null: the problem does not declare this array (set Problem::varlen / paged / sinks)",
-                ));
-            }
-        }
+        check_pointers(problem, &ptrs)?;
         let (ws_bytes, o_part_elems) = split_workspace(problem, sel.num_splits);
         if ptrs.workspace != 0
             && (!ptrs.workspace.is_multiple_of(16) || ptrs.workspace_bytes < ws_bytes)
@@ -403,32 +362,14 @@ impl FlashAttention {
         }
         // Loaded only when a launch follows: degenerate calls above need no module.
         let kernel = self.load(&sel.spec)?;
-        let mut params = FwdParams {
-            q: ptrs.q,
-            k: ptrs.k,
-            v: ptrs.v,
-            o: ptrs.o,
-            lse: if problem.return_lse { ptrs.lse } else { 0 },
-            cu_seqlens_q: ptrs.cu_seqlens_q,
-            cu_seqlens_k: ptrs.cu_seqlens_k,
-            seqused_q: ptrs.seqused_q,
-            seqused_k: ptrs.seqused_k,
-            page_table: ptrs.page_table,
-            sinks: ptrs.sinks,
-            num_splits: sel.num_splits as i32,
-            ..v.params
-        };
+        let mut params = call_params(&v, &ptrs, problem.return_lse, sel.num_splits);
         if sel.num_splits > 1 {
             let ws = if ptrs.workspace != 0 {
                 ptrs.workspace
             } else {
                 self.workspace_for(stream, ws_bytes)?
             };
-            let total_q = problem.total_q() as i64;
-            params.o_partial = ws;
-            params.lse_partial = ws + (o_part_elems * 4) as u64;
-            params.o_partial_split_stride = total_q * (problem.heads * problem.head_dim_v) as i64;
-            params.lse_partial_split_stride = total_q * problem.heads as i64;
+            set_partials(&mut params, problem, ws, ws + (o_part_elems * 4) as u64);
         }
         let mut args = [&params as *const FwdParams as *mut c_void];
         // SAFETY: the function was loaded from a verified cubin of this spec; its one parameter
@@ -444,27 +385,108 @@ impl FlashAttention {
             )
         }
         .call("cuLaunchKernel")?;
-        if let Some(combine) = &kernel.combine {
-            let grid = (
-                (problem.seqlen_q as u32).div_ceil(COMBINE_ROWS_PER_CTA),
-                problem.heads as u32,
-                problem.batch as u32,
-            );
-            // SAFETY: the combine kernel of the same verified module, same parameter block;
-            // it runs after the forward on the same stream.
-            unsafe {
-                cudarc::driver::result::launch_kernel(
-                    combine.cu_function(),
-                    grid,
-                    (COMBINE_THREADS, 1, 1),
-                    0,
-                    stream,
-                    &mut args,
-                )
-            }
-            .call("cuLaunchKernel")?;
+        if kernel.combine.is_some() {
+            self.launch_combine(&kernel, problem, &params, stream)?;
         }
         Ok(())
+    }
+
+    /// Launch the combine kernel of a loaded split module over `params`' partials.
+    fn launch_combine(
+        &self,
+        kernel: &Loaded,
+        problem: &Problem,
+        params: &FwdParams,
+        stream: sys::CUstream,
+    ) -> Result<(), Error> {
+        let Some(combine) = &kernel.combine else {
+            return Err(Error::invalid(
+                "kernel",
+                "a module without a combine kernel",
+                "a split-KV kernel",
+            ));
+        };
+        let grid = (
+            (problem.seqlen_q as u32).div_ceil(COMBINE_ROWS_PER_CTA),
+            problem.heads as u32,
+            problem.batch as u32,
+        );
+        let mut args = [params as *const FwdParams as *mut c_void];
+        // SAFETY: the combine kernel of a verified split module, whose one parameter is an
+        // fa4::FwdParams; it runs after the forward on the same stream.
+        unsafe {
+            cudarc::driver::result::launch_kernel(
+                combine.cu_function(),
+                grid,
+                (COMBINE_THREADS, 1, 1),
+                0,
+                stream,
+                &mut args,
+            )
+        }
+        .call("cuLaunchKernel")
+    }
+
+    /// FA4's `flash_attn_combine`: reduce `num_splits` (1..=256) fp32 partial outputs and LSEs
+    /// into `ptrs.o` (the problem's dtype and strides) and, with `return_lse`, `ptrs.lse`:
+    /// `lse = log(sum_s exp(lse_s) [+ exp(sink)])`, `out = sum_s exp(lse_s - lse) o_s`.
+    /// `o_partial` is fp32 `(splits, B, Sq, H, Dv)` (`(splits, total_q, H, Dv)` when q is
+    /// packed), `lse_partial` fp32 `(splits, B, H, Sq)` (`(splits, H, total_q)`), both
+    /// contiguous: the layout split-KV forwards write. The problem's K side is not read.
+    ///
+    /// # Safety
+    /// As [`forward_raw`](Self::forward_raw), for out/lse/the declared arrays and for the
+    /// partials at their layouts.
+    pub unsafe fn combine_raw(
+        &self,
+        stream: sys::CUstream,
+        problem: &Problem,
+        num_splits: u32,
+        o_partial: u64,
+        lse_partial: u64,
+        ptrs: RawPtrs,
+    ) -> Result<(), Error> {
+        if !(1..=256).contains(&num_splits) {
+            return Err(Error::invalid("num_splits", num_splits, "1..=256 partials"));
+        }
+        for (field, ptr) in [("o_partial", o_partial), ("lse_partial", lse_partial)] {
+            if ptr == 0 || !ptr.is_multiple_of(16) {
+                return Err(Error::invalid(
+                    field,
+                    format!("pointer {ptr:#x}"),
+                    "a non-null fp32 device pointer aligned to 16 bytes",
+                ));
+            }
+        }
+        // The combine lives in the module of the split forward for this output layout.
+        let mut p = problem.clone();
+        p.num_splits = 2;
+        let (v, sel) = self.plan(&p)?;
+        let ptrs = RawPtrs {
+            k: 0,
+            v: 0,
+            cu_seqlens_k: 0,
+            seqused_k: 0,
+            page_table: 0,
+            ..ptrs
+        };
+        let mut checked = p.clone();
+        checked.seqlen_k = 0; // no K side: k/v may be null
+        checked.paged = None;
+        checked.varlen = p.varlen.map(|vl| super::problem::Varlen {
+            total_k: None,
+            seqused_k: false,
+            ..vl
+        });
+        check_pointers(&checked, &ptrs)?;
+        self.ctx.bind_to_thread().call("cuCtxSetCurrent")?;
+        if problem.batch == 0 || problem.seqlen_q == 0 || problem.total_q() == 0 {
+            return Ok(());
+        }
+        let kernel = self.load(&sel.spec)?;
+        let mut params = call_params(&v, &ptrs, problem.return_lse, num_splits);
+        set_partials(&mut params, problem, o_partial, lse_partial);
+        self.launch_combine(&kernel, problem, &params, stream)
     }
 
     /// Run attention on cudarc buffers (elements as raw 16-bit words, in `problem.dtype`),
@@ -592,6 +614,84 @@ impl FlashAttention {
         // SAFETY: the buffers are live device allocations of at least the extents checked above.
         unsafe { self.forward_raw(stream.cu_stream(), problem, ptrs) }
     }
+}
+
+/// Every pointer of a call against what the problem declares: q/k/v/out (and lse when asked)
+/// non-null and 16-byte (4-byte) aligned unless their extent is empty; each serving array
+/// present exactly when declared.
+fn check_pointers(problem: &Problem, ptrs: &RawPtrs) -> Result<(), Error> {
+    let [qn, kn, vn, on, ln] = problem.extents()?;
+    for (field, ptr, align, len) in [
+        ("q", ptrs.q, 16, qn),
+        ("k", ptrs.k, 16, kn),
+        ("v", ptrs.v, 16, vn),
+        ("out", ptrs.o, 16, on),
+        ("lse", ptrs.lse, 4, ln),
+    ] {
+        // An empty tensor (e.g. no keys at all) may be null; anything else may not.
+        let needed = (field != "lse" || problem.return_lse) && len > 0;
+        if needed && (ptr == 0 || !ptr.is_multiple_of(align)) {
+            return Err(Error::invalid(
+                field,
+                format!("pointer {ptr:#x}"),
+                format!("a non-null device pointer aligned to {align} bytes"),
+            ));
+        }
+    }
+    let vl = problem.varlen.unwrap_or_default();
+    for (field, ptr, declared) in [
+        ("cu_seqlens_q", ptrs.cu_seqlens_q, vl.total_q.is_some()),
+        ("cu_seqlens_k", ptrs.cu_seqlens_k, vl.total_k.is_some()),
+        ("seqused_q", ptrs.seqused_q, vl.seqused_q),
+        ("seqused_k", ptrs.seqused_k, vl.seqused_k),
+        ("page_table", ptrs.page_table, problem.paged.is_some()),
+        ("learnable_sink", ptrs.sinks, problem.sinks),
+    ] {
+        if declared && (ptr == 0 || !ptr.is_multiple_of(4)) {
+            return Err(Error::invalid(
+                field,
+                format!("pointer {ptr:#x}"),
+                "a non-null, 4-byte aligned device pointer (the problem declares this array)",
+            ));
+        }
+        if !declared && ptr != 0 {
+            return Err(Error::invalid(
+                field,
+                format!("pointer {ptr:#x}"),
+                "null: the problem does not declare this array (set Problem::varlen / paged / sinks)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The launch parameters of a call: the validated problem's values plus the call's pointers.
+fn call_params(v: &Validated, ptrs: &RawPtrs, return_lse: bool, num_splits: u32) -> FwdParams {
+    FwdParams {
+        q: ptrs.q,
+        k: ptrs.k,
+        v: ptrs.v,
+        o: ptrs.o,
+        lse: if return_lse { ptrs.lse } else { 0 },
+        cu_seqlens_q: ptrs.cu_seqlens_q,
+        cu_seqlens_k: ptrs.cu_seqlens_k,
+        seqused_q: ptrs.seqused_q,
+        seqused_k: ptrs.seqused_k,
+        page_table: ptrs.page_table,
+        sinks: ptrs.sinks,
+        num_splits: num_splits as i32,
+        ..v.params
+    }
+}
+
+/// Point the parameters at split partials: O `(splits, total_q, H, Dv)` fp32 at `o_partial`,
+/// LSE `(splits, <LSE layout>)` fp32 at `lse_partial`.
+fn set_partials(params: &mut FwdParams, p: &Problem, o_partial: u64, lse_partial: u64) {
+    let total_q = p.total_q() as i64;
+    params.o_partial = o_partial;
+    params.lse_partial = lse_partial;
+    params.o_partial_split_stride = total_q * (p.heads * p.head_dim_v) as i64;
+    params.lse_partial_split_stride = total_q * p.heads as i64;
 }
 
 /// The serving features' device arrays for [`FlashAttention::forward_varlen`] (None: absent).
