@@ -329,7 +329,7 @@ impl FlashAttention {
         ptrs: RawPtrs,
     ) -> Result<(), Error> {
         let (v, sel) = self.plan(problem)?;
-        check_pointers(problem, &ptrs)?;
+        check_pointers(problem, &ptrs, true)?;
         let (ws_bytes, o_part_elems) = split_workspace(problem, sel.num_splits);
         if ptrs.workspace != 0
             && (!ptrs.workspace.is_multiple_of(16) || ptrs.workspace_bytes < ws_bytes)
@@ -463,6 +463,7 @@ impl FlashAttention {
         p.num_splits = 2;
         let (v, sel) = self.plan(&p)?;
         let ptrs = RawPtrs {
+            q: 0,
             k: 0,
             v: 0,
             cu_seqlens_k: 0,
@@ -471,14 +472,13 @@ impl FlashAttention {
             ..ptrs
         };
         let mut checked = p.clone();
-        checked.seqlen_k = 0; // no K side: k/v may be null
-        checked.paged = None;
+        checked.paged = None; // no K side
         checked.varlen = p.varlen.map(|vl| super::problem::Varlen {
             total_k: None,
             seqused_k: false,
             ..vl
         });
-        check_pointers(&checked, &ptrs)?;
+        check_pointers(&checked, &ptrs, false)?;
         self.ctx.bind_to_thread().call("cuCtxSetCurrent")?;
         if problem.batch == 0 || problem.seqlen_q == 0 || problem.total_q() == 0 {
             return Ok(());
@@ -616,11 +616,13 @@ impl FlashAttention {
     }
 }
 
-/// Every pointer of a call against what the problem declares: q/k/v/out (and lse when asked)
-/// non-null and 16-byte (4-byte) aligned unless their extent is empty; each serving array
-/// present exactly when declared.
-fn check_pointers(problem: &Problem, ptrs: &RawPtrs) -> Result<(), Error> {
+/// Every pointer of a call against what the problem declares: q/k/v (when `inputs`), out (and
+/// lse when asked) non-null and 16-byte (4-byte) aligned unless their extent is empty; each
+/// serving array present exactly when declared.
+fn check_pointers(problem: &Problem, ptrs: &RawPtrs, inputs: bool) -> Result<(), Error> {
     let [qn, kn, vn, on, ln] = problem.extents()?;
+    // The combine reads no q/k/v: only out, lse and the per-sequence arrays matter there.
+    let (qn, kn, vn) = if inputs { (qn, kn, vn) } else { (0, 0, 0) };
     for (field, ptr, align, len) in [
         ("q", ptrs.q, 16, qn),
         ("k", ptrs.k, 16, kn),
