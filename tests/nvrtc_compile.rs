@@ -21,6 +21,12 @@ fn sample_compiles_on_every_family() {
         "fwd.sm100f.portable.fp16.d192x128.m128n64.q1.lse",
         "fwd.sm120.portable.bf16.d256x256.m64n64.q1.causal",
         "fwd.sm120.portable.fp16.d96x96.m128n64.q1.local.lse",
+        // The serving features and split-KV (+ its combine) on every family.
+        "fwd.sm90.portable.fp16.d96x96.m128n64.q1.causal.lse.packgqa.varlen.paged.sink.softcap.split",
+        "fwd.sm100f.portable.bf16.d64x64.m64n128.q1.local.lse.packgqa.varlen.paged.sink.split",
+        "fwd.sm100f.portable.bf16.d192x128.m128n64.q2.causal.varlen.paged",
+        // sm120 d256 paged needs the page-entry slots beyond 99 KB at 64x64: the table takes 64x32.
+        "fwd.sm120.portable.bf16.d256x256.m64n32.q1.causal.lse.packgqa.varlen.paged.sink.softcap.split",
     ];
     for stem in stems {
         let spec: KernelSpec = stem.parse().unwrap();
