@@ -12,12 +12,17 @@ pub struct StageArgs {
     /// Arch families whose cubins to stage (comma separated).
     #[arg(long, default_value = "sm90")]
     arch: String,
+    /// Other plans whose built kernels to stage (comma separated, or all): the device tool
+    /// carries at most 64 MiB.
+    #[arg(long, default_value = "tiles,gpt-oss-20b")]
+    plans: String,
 }
 
 impl Default for StageArgs {
     fn default() -> StageArgs {
         StageArgs {
             arch: "sm90".into(),
+            plans: "tiles,gpt-oss-20b".into(),
         }
     }
 }
@@ -101,6 +106,10 @@ pub fn run(a: StageArgs) -> Result<(), String> {
     // Other plans' libraries (e.g. the `tiles` sweep) for the same families.
     if let Ok(plans) = std::fs::read_dir(root.join("generated").join("plans")) {
         for plan in plans.flatten() {
+            let name = plan.file_name().to_string_lossy().into_owned();
+            if a.plans != "all" && !a.plans.split(',').any(|p| p == name) {
+                continue;
+            }
             for arch in a.arch.split(',') {
                 let src = plan.path().join(arch);
                 if src.is_dir() {
