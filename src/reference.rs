@@ -383,6 +383,49 @@ mod tests {
     }
 
     #[test]
+    fn sink_joins_the_denominator_and_the_lse() {
+        // Scores 0 and ln 3, sink logit ln 4: weights 1/8 and 3/8 (the sink takes 4/8), and
+        // LSE = ln(1 + 3 + 4). A row that sees no key gives 0 and LSE = the sink.
+        let p = RefProblem {
+            d: 1,
+            dv: 1,
+            sinks: Some(vec![4f64.ln()]),
+            ..prob(1, 2, false, (None, None))
+        };
+        let (q, k, v) = ([1.0f32], [0.0f32, 3f32.ln()], [4.0f32, 8.0]);
+        let (o, lse) = attention_f64(&p, &q, &k, &v, &all_queries(&p));
+        assert!((o[0] - (4.0 / 8.0 + 8.0 * 3.0 / 8.0)).abs() < 1e-6, "{o:?}");
+        assert!((lse[0] - 8f64.ln()).abs() < 1e-6, "{lse:?}");
+        let lowp = attention_lowp(&p, DType::Bf16, &q, &k, &v, &[0]);
+        assert!((lowp[0] - 3.5).abs() < 0.05, "{lowp:?}");
+        let empty = RefProblem {
+            window: (Some(-5), None),
+            ..p.clone()
+        };
+        let (o, lse) = attention_f64(&empty, &q, &k, &v, &[0]);
+        assert_eq!(o[0], 0.0);
+        assert!((lse[0] - 4f64.ln()).abs() < 1e-12, "{lse:?}");
+    }
+
+    #[test]
+    fn softcap_bounds_the_scores() {
+        // Scores 100 and 0 capped at c = 2: c*tanh(50) ~ 2 and 0, weights e^2/(e^2+1), 1/(e^2+1).
+        let p = RefProblem {
+            d: 1,
+            dv: 1,
+            softcap: 2.0,
+            ..prob(1, 2, false, (None, None))
+        };
+        let (q, k, v) = ([10.0f32], [10.0f32, 0.0], [1.0f32, 0.0]);
+        let (o, lse) = attention_f64(&p, &q, &k, &v, &[0]);
+        let e2 = 2f64.exp();
+        assert!((o[0] - e2 / (e2 + 1.0)).abs() < 1e-9, "{o:?}");
+        assert!((lse[0] - (e2 + 1.0).ln()).abs() < 1e-9, "{lse:?}");
+        let lowp = attention_lowp(&p, DType::Bf16, &q, &k, &v, &[0]);
+        assert!((lowp[0] as f64 - e2 / (e2 + 1.0)).abs() < 0.01, "{lowp:?}");
+    }
+
+    #[test]
     fn f64_reference_on_a_hand_example() {
         // One query, two keys with scores 0 and ln 3 (scale 1): weights 1/4 and 3/4.
         let p = RefProblem {
