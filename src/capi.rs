@@ -398,7 +398,8 @@ pub unsafe extern "C" fn fa4gen_supports(h: *const Handle, p: *const CProblem) -
         let h = handle_ref(h)?;
         let problem = to_problem(problem_ref(p)?)?;
         let (_, sel) = h.fa.plan(&problem)?;
-        if h.fa.library().entry(&sel.spec.stem()).is_none() {
+        // In the library, or compilable once fa4gen_enable_jit was called.
+        if !h.fa.can_load(&sel.spec) {
             return Err(Error::KernelMissing {
                 stem: sel.spec.stem(),
                 dir: h.fa.library().dir().display().to_string(),

@@ -199,7 +199,7 @@ impl FlashAttention {
     }
 
     /// Whether `spec` is in the library (or the jit may compile it).
-    fn can_load(&self, spec: &KernelSpec) -> bool {
+    pub fn can_load(&self, spec: &KernelSpec) -> bool {
         #[cfg(feature = "jit")]
         if self.jit.is_some() {
             return true;
@@ -210,12 +210,8 @@ impl FlashAttention {
     /// Whether the library can run this problem (validation and selection pass and the
     /// selected kernel was built). Lets an engine fall back before calling.
     pub fn has_kernel(&self, problem: &Problem) -> bool {
-        #[cfg(feature = "jit")]
-        if self.jit.is_some() {
-            return self.plan(problem).is_ok();
-        }
         self.plan(problem)
-            .is_ok_and(|(_, s)| self.lib.entry(&s.spec.stem()).is_some())
+            .is_ok_and(|(_, s)| self.can_load(&s.spec))
     }
 
     /// The cubin, symbol, threads and shared memory of a spec: from the library, or compiled
