@@ -29,7 +29,7 @@ fn shapes(args: &[String]) -> Vec<Shape> {
     }
     let mut out = Vec::new();
     for d in [64, 128, 256, 192] {
-        for s in [1024, 4096, 16384] {
+        for s in [512, 1024, 4096, 16384] {
             for causal in [false, true] {
                 out.push((d, if d == 192 { 128 } else { d }, s, causal, None));
             }

@@ -18,7 +18,7 @@ def shapes(args):
             yield int(d), int(s), c == "1"
         return
     for d in (64, 128, 256, 192):
-        for s in (1024, 4096, 16384):
+        for s in (512, 1024, 4096, 16384):
             for c in (False, True):
                 yield d, s, c
 

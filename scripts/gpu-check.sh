@@ -31,6 +31,14 @@ for step in $steps; do
       echo "$(basename "$f" .cubin) | $(c 'HMMA') | $(c 'LDSM') | $(c 'LDGSTS') | $(c 'MUFU.EX2') | $(c '\bLDL') | $(c '\bSTL')"
     done | tee "$OUT/sass.txt"
     cuobjdump --dump-sass .stage/generated/sm90/fwd.sm90.portable.bf16.d128x128.m128n64.q1.causal.lse.cubin > "$OUT/sass-d128-causal-lse.txt" 2>&1
+    echo "SASS of the sm90 flagship: stem | HGMMA | UTMALDG | UTMASTG | SYNCS | USETMAXREG | MUFU.EX2 | LDL | STL | max register"
+    for f in .stage/generated/sm90/fwd.sm90.wgmma.*.cubin; do
+      cuobjdump --dump-sass "$f" > "$OUT/sass.tmp" 2>&1 || { echo "cuobjdump failed on $f"; status=1; continue; }
+      c() { grep -c -E "$1" "$OUT/sass.tmp"; }
+      maxr=$(grep -oE '\bR[0-9]+\b' "$OUT/sass.tmp" | tr -d R | sort -n | tail -1)
+      echo "$(basename "$f" .cubin) | $(c 'HGMMA') | $(c 'UTMALDG') | $(c 'UTMASTG') | $(c 'SYNCS') | $(c 'USETMAXREG') | $(c 'MUFU.EX2') | $(c '\bLDL') | $(c '\bSTL') | R$maxr"
+    done | tee "$OUT/sass-wgmma.txt"
+    cuobjdump --dump-sass .stage/generated/sm90/fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.lse.cubin > "$OUT/sass-wgmma-d128-causal-lse.txt" 2>&1
     rm -f "$OUT/sass.tmp"
     ;;
   sanitize)

@@ -19,6 +19,9 @@ pub struct Resources {
 pub struct CompiledKernel {
     pub cubin: Vec<u8>,
     pub resources: Option<Resources>,
+    /// The compiler's warnings (e.g. ptxas serialising wgmma around a register hazard), which
+    /// `gen` prints: they are performance bugs even when the cubin is correct.
+    pub warnings: Vec<String>,
     pub seconds: f64,
 }
 
@@ -46,6 +49,12 @@ pub fn compile(
     )?;
     Ok(CompiledKernel {
         resources: parse_ptxas_report(&out.log),
+        warnings: out
+            .log
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().contains("warning"))
+            .map(str::to_string)
+            .collect(),
         cubin: out.cubin,
         seconds: t.elapsed().as_secs_f64(),
     })

@@ -192,6 +192,8 @@ impl ModelAttention {
                             out.extend(class.portable());
                             // Decode steps and small chunks select the decode tile.
                             out.extend(class.decode());
+                            // Prefill of dense layers: the sm90 flagship.
+                            out.extend(class.flagship());
                         }
                     }
                 }
@@ -216,6 +218,7 @@ pub const MODELS: &[(&str, &str)] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::Impl;
 
     fn model(name: &str) -> ModelAttention {
         let text = MODELS.iter().find(|(n, _)| *n == name).unwrap().1;
@@ -256,8 +259,20 @@ mod tests {
         for (name, text) in MODELS {
             let m = ModelAttention::from_hf_config(text).unwrap();
             for arch in Arch::ALL {
-                let a = m.plan(arch);
-                assert_eq!(a, m.plan(arch), "{name}");
+                let all = m.plan(arch);
+                assert_eq!(all, m.plan(arch), "{name}");
+                // The sm90 flagship serves the dense classes (no sinks, no softcap), unpacked.
+                let (flagship, a): (Vec<_>, Vec<_>) =
+                    all.into_iter().partition(|s| s.imp == Impl::Wgmma);
+                let dense_model = !m.sinks && m.softcap.is_none();
+                let flagship_dims =
+                    m.head_dim.is_multiple_of(64) && m.head_dim_v.is_multiple_of(64);
+                let want = if arch == Arch::Sm90 && dense_model && flagship_dims {
+                    (m.full_layers as usize + m.sliding_window.is_some() as usize) * 2
+                } else {
+                    0
+                };
+                assert_eq!(flagship.len(), want, "{name} {arch}");
                 let masks = m.full_layers as usize + m.sliding_window.is_some() as usize;
                 // Each class on the main tile table at every q_stage, and on the decode tile
                 // where that differs (d 256 uses 64x64 for both).

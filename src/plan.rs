@@ -81,6 +81,25 @@ fn tile_sweep(arch: Arch) -> Vec<KernelSpec> {
                     out.push(s);
                 }
             }
+            // The flagship's candidates (sm90): 64-row consumer warpgroups, K/V tile widths
+            // around FA3's choices.
+            for (tile_m, tile_n) in [
+                (192, 128),
+                (128, 176),
+                (128, 128),
+                (128, 112),
+                (128, 96),
+                (128, 80),
+                (128, 64),
+            ] {
+                let s = KernelSpec {
+                    imp: crate::spec::Impl::Wgmma,
+                    ..class.on_tile(tile_m, tile_n)
+                };
+                if s.can_implement().is_ok() {
+                    out.push(s);
+                }
+            }
         }
     }
     out
@@ -106,6 +125,7 @@ fn default_plan(arch: Arch) -> Vec<KernelSpec> {
                                 feat: Features::default(),
                             };
                             out.extend(class.portable());
+                            out.extend(class.flagship());
                         }
                     }
                 }
@@ -124,7 +144,13 @@ mod tests {
         for arch in Arch::ALL {
             let specs = plan("default", arch).unwrap();
             let per_dim = 2 * 3 * 2 * 2 * tiles::q_stages(arch).len();
-            assert_eq!(specs.len(), DEFAULT_HEAD_DIMS.len() * per_dim, "{arch}");
+            // sm90 adds the flagship (unpacked) for the head dims that are multiples of 64.
+            let flagship = if arch == Arch::Sm90 { 4 * 2 * 3 * 2 } else { 0 };
+            assert_eq!(
+                specs.len(),
+                DEFAULT_HEAD_DIMS.len() * per_dim + flagship,
+                "{arch}"
+            );
             for s in &specs {
                 s.can_implement().unwrap();
                 assert_eq!(s.arch, arch);

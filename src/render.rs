@@ -57,6 +57,22 @@ pub const HEADERS: &[(&str, &str)] = &[
         "fa4gen/softcap.cuh",
         include_str!("../templates/include/fa4gen/softcap.cuh"),
     ),
+    (
+        "fa4gen/mbarrier.cuh",
+        include_str!("../templates/include/fa4gen/mbarrier.cuh"),
+    ),
+    (
+        "fa4gen/tma.cuh",
+        include_str!("../templates/include/fa4gen/tma.cuh"),
+    ),
+    (
+        "fa4gen/warpgroup.cuh",
+        include_str!("../templates/include/fa4gen/warpgroup.cuh"),
+    ),
+    (
+        "fa4gen/wgmma.cuh",
+        include_str!("../templates/include/fa4gen/wgmma.cuh"),
+    ),
 ];
 
 /// sha256 over every header's name and contents, in `HEADERS` order.
@@ -93,6 +109,24 @@ struct PortableFwd<'a> {
     params_scale_offset: usize,
 }
 
+/// The Hopper flagship (`Impl::Wgmma`).
+#[derive(Template)]
+#[template(path = "fwd_sm90.cu")]
+struct WgmmaFwd<'a> {
+    spec: &'a KernelSpec,
+    geo: Geometry,
+    stem: String,
+    symbol: String,
+    elem_tag: &'static str,
+    /// PTX element type of the wgmma instructions.
+    ptx_type: &'static str,
+    mask_kind: &'static str,
+    producer_regs: u32,
+    consumer_regs: u32,
+    consumer_wgs: u32,
+    params_size: usize,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
     #[error(transparent)]
@@ -109,26 +143,48 @@ pub enum RenderError {
 pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
     spec.can_implement()?;
     let (params_size, params_group_offset, params_scale_offset) = params::layout();
+    let elem_tag = match spec.dtype {
+        DType::Bf16 => "Bf16",
+        DType::Fp16 => "Fp16",
+    };
+    let mask_kind = match spec.mask {
+        Mask::None => "None",
+        Mask::Causal => "Causal",
+        Mask::Local => "Local",
+    };
     let text = match spec.imp {
         Impl::Portable => PortableFwd {
             spec,
             geo: spec.geometry(),
             stem: spec.stem(),
             symbol: spec.symbol(),
-            elem_tag: match spec.dtype {
-                DType::Bf16 => "Bf16",
-                DType::Fp16 => "Fp16",
-            },
-            mask_kind: match spec.mask {
-                Mask::None => "None",
-                Mask::Causal => "Causal",
-                Mask::Local => "Local",
-            },
+            elem_tag,
+            mask_kind,
             params_size,
             params_group_offset,
             params_scale_offset,
         }
         .render(),
+        Impl::Wgmma => {
+            let (producer_regs, consumer_regs) = spec.wgmma_registers();
+            WgmmaFwd {
+                spec,
+                geo: spec.geometry(),
+                stem: spec.stem(),
+                symbol: spec.symbol(),
+                elem_tag,
+                ptx_type: match spec.dtype {
+                    DType::Bf16 => "bf16",
+                    DType::Fp16 => "f16",
+                },
+                mask_kind,
+                producer_regs,
+                consumer_regs,
+                consumer_wgs: spec.tile_m / 64,
+                params_size,
+            }
+            .render()
+        }
     };
     text.map_err(|source| RenderError::Template {
         stem: spec.stem(),

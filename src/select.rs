@@ -67,21 +67,51 @@ pub fn heuristic_splits(
     ((sm_count as usize / ctas).min(128).min(n_blocks)).max(1) as u32
 }
 
-/// The preferred kernel: on the decode tile table for decode-shaped problems.
+/// Which kernels selection may prefer. `Prefer::ALL` is the choice for a complete library;
+/// the runtime walks `Prefer::FALLBACKS` when a library lacks the preferred kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefer {
+    /// The decode tile table for decode-shaped problems.
+    pub decode: bool,
+    /// The sm90 flagship (`Impl::Wgmma`) for the classes it implements.
+    pub flagship: bool,
+}
+
+impl Prefer {
+    pub const ALL: Prefer = Prefer {
+        decode: true,
+        flagship: true,
+    };
+    /// Best first: everything; no decode tile; the portable table alone.
+    pub const FALLBACKS: [Prefer; 3] = [
+        Prefer::ALL,
+        Prefer {
+            decode: false,
+            flagship: true,
+        },
+        Prefer {
+            decode: false,
+            flagship: false,
+        },
+    ];
+}
+
+/// The preferred kernel: on the decode tile table for decode-shaped problems, the flagship
+/// where it implements the class.
 pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selection, Error> {
-    select_with(p, v, device, true)
+    select_with(p, v, device, Prefer::ALL)
 }
 
 /// The kernel on the family's main tile table (the fallback for decode-shaped problems).
 pub fn select_table(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selection, Error> {
-    select_with(p, v, device, false)
+    select_with(p, v, device, Prefer::FALLBACKS[1])
 }
 
-fn select_with(
+pub fn select_with(
     p: &Problem,
     v: &Validated,
     device: &DeviceInfo,
-    decode_tiles: bool,
+    prefer: Prefer,
 ) -> Result<Selection, Error> {
     let arch = device.arch()?;
     let pack_gqa = p.pack_gqa.unwrap_or(v.group > 1);
@@ -108,10 +138,33 @@ fn select_with(
             split: false,
         },
     };
-    let decode = decode_tiles && p.tile_mn.is_none() && rows <= crate::tiles::DECODE_ROWS;
+    let decode = prefer.decode && p.tile_mn.is_none() && rows <= crate::tiles::DECODE_ROWS;
+    // The flagship serves prefill-shaped dense calls whose tensors TMA can describe; it does
+    // not pack GQA, so it takes the class unpacked unless the caller asked for packing.
+    let flagship = prefer.flagship
+        && rows > crate::tiles::DECODE_ROWS
+        && p.pack_gqa != Some(true)
+        && crate::runtime::tma::problem_fits(p);
     let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
         if decode && let Some(s) = class.decode() {
             return Ok(s);
+        }
+        if flagship {
+            let unpacked = SpecClass {
+                pack_gqa: false,
+                ..class
+            };
+            let s = match p.tile_mn {
+                Some((m, n)) => Some(KernelSpec {
+                    imp: crate::spec::Impl::Wgmma,
+                    ..unpacked.on_tile(m, n)
+                })
+                .filter(|s| s.can_implement().is_ok()),
+                None => unpacked.flagship(),
+            };
+            if let Some(s) = s {
+                return Ok(s);
+            }
         }
         match p.tile_mn {
             // The caller's tile (FA4's `tile_mn`), checked like any spec.
@@ -130,6 +183,11 @@ fn select_with(
         }
     };
     let mut spec = pick(class)?;
+    let (rows, pack_gqa) = if spec.pack_gqa == pack_gqa {
+        (rows, pack_gqa)
+    } else {
+        (p.seqlen_q, false) // the flagship took the class unpacked
+    };
     let m_blocks = rows.div_ceil(spec.block_m() as usize);
     let heads = if pack_gqa { p.heads_kv } else { p.heads };
     // FA4's heuristic, exactly, on sm100f. FA4 never splits on sm90 / sm120; fa4gen does, with
@@ -165,6 +223,19 @@ fn select_with(
         v.num_splits as u32
     };
     if num_splits > 1 {
+        if spec.imp == crate::spec::Impl::Wgmma {
+            // The flagship does not split: the portable kernel serves split calls, with the
+            // split count worked out for its own tile.
+            return select_with(
+                p,
+                v,
+                device,
+                Prefer {
+                    flagship: false,
+                    ..prefer
+                },
+            );
+        }
         class.feat.split = true;
         spec = pick(class)?;
     }
@@ -183,7 +254,7 @@ fn select_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::{DType, Mask};
+    use crate::spec::{DType, Impl, Mask};
 
     const H200: DeviceInfo = DeviceInfo {
         major: 9,
@@ -224,10 +295,54 @@ mod tests {
 
     #[test]
     fn pack_gqa_defaults_on_for_groups() {
-        let p = Problem::new(DType::Bf16, 2, 100, 100, 64, 8, 64, 64);
-        let s = sel(&p, &H200);
+        let mut p = Problem::new(DType::Bf16, 2, 100, 100, 64, 8, 64, 64);
+        let s = sel(&p, &B200);
         assert!(s.spec.pack_gqa);
-        assert_eq!(s.grid, (7, 8, 2)); // ceil(100 * 8 / 128) m-blocks over the 8 KV heads
+        assert_eq!(s.grid, (4, 8, 2)); // ceil(100 * 8 / 256) m-blocks (q_stage 2) over 8 KV heads
+        // The sm90 flagship takes prefill unpacked: one CTA per (192 queries, head).
+        let s = sel(&p, &H200);
+        assert_eq!(s.spec.imp, Impl::Wgmma);
+        assert!(!s.spec.pack_gqa);
+        assert_eq!(s.grid, (1, 64, 2));
+        // An explicit packing request, or a decode-shaped call, goes to the portable kernel.
+        p.pack_gqa = Some(true);
+        let s = sel(&p, &H200);
+        assert_eq!(
+            (s.spec.imp, s.spec.pack_gqa, s.grid),
+            (Impl::Portable, true, (7, 8, 2))
+        );
+        let d = Problem::new(DType::Bf16, 2, 8, 1000, 64, 8, 64, 64);
+        let s = sel(&d, &H200);
+        assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Portable, true));
+    }
+
+    #[test]
+    fn flagship_falls_back_where_it_cannot_serve() {
+        let portable = |p: &Problem| sel(p, &H200).spec.imp == Impl::Portable;
+        let mut p = Problem::new(DType::Bf16, 2, 1000, 1000, 16, 16, 96, 96);
+        assert!(portable(&p), "d 96 is not a multiple of 64");
+        p.head_dim = 128;
+        p.head_dim_v = 128;
+        assert!(!portable(&p));
+        p.softcap = 30.0;
+        assert!(portable(&p), "softcap");
+        p.softcap = 0.0;
+        p.num_splits = 3;
+        let s = sel(&p, &H200);
+        assert_eq!((s.spec.imp, s.num_splits), (Impl::Portable, 3));
+        assert!(s.spec.feat.split);
+        p.num_splits = 0;
+        p.k_strides.head = 0; // broadcast K head: no tensor map
+        p.heads_kv = 16;
+        assert!(portable(&p));
+        // Without the flagship preference the portable table is chosen.
+        let p = Problem::new(DType::Bf16, 2, 1000, 1000, 16, 16, 128, 128);
+        let prefer = Prefer {
+            decode: false,
+            flagship: false,
+        };
+        let s = select_with(&p, &p.validate().unwrap(), &H200, prefer).unwrap();
+        assert_eq!(s.spec.imp, Impl::Portable);
     }
 
     #[test]
@@ -240,7 +355,7 @@ mod tests {
         assert_eq!(s.grid, (8, 16, 3));
         assert_eq!(
             s.spec.stem(),
-            "fwd.sm90.portable.fp16.d128x128.m128n64.q1.causal"
+            "fwd.sm90.wgmma.fp16.d128x128.m128n128.q1.causal"
         );
     }
 
@@ -281,8 +396,13 @@ mod tests {
                             }
                             let s = select_table(&p, &p.validate().unwrap(), &dev).unwrap();
                             let q = if fam == "sm100f" && sq > 128 { 2 } else { 1 };
+                            let kernel = if fam == "sm90" && sq > 64 {
+                                "wgmma.bf16.d192x128.m128n112"
+                            } else {
+                                "portable.bf16.d192x128.m128n64"
+                            };
                             let want = format!(
-                                "fwd.{fam}.portable.bf16.d192x128.m128n64.q{q}{}{}",
+                                "fwd.{fam}.{kernel}.q{q}{}{}",
                                 if causal { ".causal" } else { "" },
                                 if lse { ".lse" } else { "" }
                             );

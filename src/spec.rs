@@ -50,13 +50,17 @@ impl DType {
 pub enum Impl {
     /// `templates/fwd_portable.cu`: `mma.sync` m16n8k16 + `cp.async`, valid on every family.
     Portable,
+    /// `templates/fwd_sm90.cu`: the Hopper flagship (sm90 only): TMA + mbarrier pipeline,
+    /// `wgmma`, a producer warpgroup and 64-row consumer warpgroups.
+    Wgmma,
 }
 
 impl Impl {
-    pub const ALL: [Impl; 1] = [Impl::Portable];
+    pub const ALL: [Impl; 2] = [Impl::Portable, Impl::Wgmma];
     pub const fn name(self) -> &'static str {
         match self {
             Impl::Portable => "portable",
+            Impl::Wgmma => "wgmma",
         }
     }
 }
@@ -160,6 +164,8 @@ pub enum Unsupported {
     TileN { tile_n: u32 },
     #[error("q_stage={q_stage} is not supported: it must be 1 or 2")]
     QStage { q_stage: u32 },
+    #[error("{stem}: the wgmma kernel {why}")]
+    Wgmma { stem: String, why: &'static str },
     #[error(
         "{stem} needs {need} bytes of shared memory; {arch} allows {limit} per CTA (use a smaller tile_m/tile_n or q_stage)"
     )]
@@ -204,6 +210,8 @@ pub struct Geometry {
     /// block ahead (0 bytes otherwise).
     pub smem_pages: u32,
     pub smem_bytes: u32,
+    /// K/V pipeline stages (portable: one K and one V buffer).
+    pub stages: u32,
 }
 
 /// Registers a thread needs beyond its fp32 accumulators (MMA fragments, addresses, softmax
@@ -248,6 +256,9 @@ impl KernelSpec {
     }
 
     pub fn geometry(&self) -> Geometry {
+        if self.imp == Impl::Wgmma {
+            return self.wgmma_geometry();
+        }
         let round16 = |x: u32| x.div_ceil(16) * 16;
         let d_pad = round16(self.d);
         let dv_pad = round16(self.dv);
@@ -288,6 +299,49 @@ impl KernelSpec {
             smem_v,
             smem_pages,
             smem_bytes,
+            stages: 1,
+        }
+    }
+
+    /// The wgmma kernel's layout: a producer warpgroup plus one 64-row consumer warpgroup per
+    /// 64 rows of tile_m; every tile stored as 128-byte swizzled 64-column blocks (TMA's
+    /// SWIZZLE_128B, what the wgmma descriptors read), 1024-byte aligned; the Q tile (which
+    /// also stages O), `WGMMA_STAGES` K and V tiles, then the barriers (q, full_k, full_v,
+    /// empty per stage), plus 1024 bytes of slack to align the dynamic base.
+    fn wgmma_geometry(&self) -> Geometry {
+        let stages = WGMMA_STAGES;
+        let chunks = |x: u32| x.div_ceil(64);
+        let smem_q = 0;
+        let smem_k = smem_q + self.tile_m * 128 * chunks(self.d).max(chunks(self.dv));
+        let smem_v = smem_k + stages * self.tile_n * 128 * chunks(self.d);
+        let smem_pages = smem_v + stages * self.tile_n * 128 * chunks(self.dv);
+        let smem_bytes = smem_pages + (1 + 3 * stages) * 8 + 1024;
+        let threads = 128 * (self.tile_m / 64 + 1);
+        Geometry {
+            d_pad: self.d,
+            dv_pad: self.dv,
+            warp_m: 16,
+            warps: threads / 32,
+            threads,
+            q_row: self.d,
+            k_row: self.d,
+            v_row: self.dv,
+            smem_q,
+            smem_k,
+            smem_v,
+            smem_pages,
+            smem_bytes,
+            stages,
+        }
+    }
+
+    /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after
+    /// `setmaxnreg`: the consumers take what the producer gives back (FA3's split).
+    pub fn wgmma_registers(&self) -> (u32, u32) {
+        if self.tile_m / 64 >= 3 {
+            (24, 160)
+        } else {
+            (24, 240)
         }
     }
 
@@ -295,6 +349,9 @@ impl KernelSpec {
     /// up to 255 registers per thread, so registers allow `65536 / (threads * 255)`; shared
     /// memory allows the arch's per-CTA limit over this kernel's need.
     pub fn ctas_per_sm(&self) -> u32 {
+        if self.imp == Impl::Wgmma {
+            return 1; // the register pool is split between the roles for one CTA
+        }
         let g = self.geometry();
         let by_regs = (65536 / (g.threads * 255)).max(1);
         let by_smem = (self.arch.max_dynamic_smem() / g.smem_bytes.max(1)).max(1);
@@ -304,6 +361,9 @@ impl KernelSpec {
     /// Every limit of the implementation, as code. `Ok` means the generated kernel compiles
     /// and runs correctly for every problem the runtime routes to it.
     pub fn can_implement(&self) -> Result<(), Unsupported> {
+        if self.imp == Impl::Wgmma {
+            return self.wgmma_can_implement();
+        }
         for (name, value) in [("d", self.d), ("dv", self.dv)] {
             if value == 0 || !value.is_multiple_of(8) || value > 256 {
                 return Err(Unsupported::HeadDim { name, value });
@@ -339,6 +399,68 @@ impl KernelSpec {
         // against the register file share of one thread (64 Ki registers per SM, 255 max).
         let need = g.warp_m * (g.dv_pad + self.tile_n) / 32 + NON_ACCUM_REGS;
         let limit = (65536 / g.threads).min(255);
+        if need > limit {
+            return Err(Unsupported::Registers {
+                stem: self.stem(),
+                need,
+                threads: g.threads,
+                limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// K/V pipeline stages of the wgmma kernel.
+pub const WGMMA_STAGES: u32 = 2;
+
+impl KernelSpec {
+    fn wgmma_can_implement(&self) -> Result<(), Unsupported> {
+        let no = |why: &'static str| {
+            Err(Unsupported::Wgmma {
+                stem: self.stem(),
+                why,
+            })
+        };
+        if self.arch != Arch::Sm90 {
+            return no("runs on sm90 only (wgmma and setmaxnreg are sm_90a instructions)");
+        }
+        for (name, value) in [("d", self.d), ("dv", self.dv)] {
+            if value == 0 || !value.is_multiple_of(64) || value > 256 {
+                let _ = name; // both dims share one limit
+                return no(
+                    "needs head dims that are multiples of 64 up to 256 (TMA moves 64-column blocks)",
+                );
+            }
+        }
+        if ![64, 128, 192].contains(&self.tile_m) {
+            return no("needs tile_m 64, 128 or 192 (one consumer warpgroup per 64 rows)");
+        }
+        if self.tile_n == 0 || !self.tile_n.is_multiple_of(16) || self.tile_n > 256 {
+            return no("needs tile_n a multiple of 16 up to 256");
+        }
+        if self.q_stage != 1 {
+            return no("has no q_stage 2 (two consumer warpgroups already share each K/V tile)");
+        }
+        if self.pack_gqa || self.feat != Features::default() {
+            return no(
+                "has no packed GQA or serving features yet (the portable kernel serves them)",
+            );
+        }
+        let g = self.geometry();
+        let limit = self.arch.max_dynamic_smem();
+        if g.smem_bytes > limit {
+            return Err(Unsupported::SharedMemory {
+                stem: self.stem(),
+                arch: self.arch,
+                need: g.smem_bytes,
+                limit,
+            });
+        }
+        // Per consumer thread: O (64 x dv) and S (64 x tile_n) fp32 accumulators and P as
+        // 16-bit (half of S), plus addresses and softmax state.
+        let need = (self.dv + self.tile_n + self.tile_n / 2) / 2 + 32;
+        let limit = self.wgmma_registers().1;
         if need > limit {
             return Err(Unsupported::Registers {
                 stem: self.stem(),
@@ -511,7 +633,7 @@ mod tests {
             "",
             "bwd.sm90.portable.bf16.d128x128.m128n64.q1",
             "fwd.sm80.portable.bf16.d128x128.m128n64.q1",
-            "fwd.sm90.wgmma.bf16.d128x128.m128n64.q1",
+            "fwd.sm90.tcgen05.bf16.d128x128.m128n64.q1",
             "fwd.sm90.portable.fp32.d128x128.m128n64.q1",
             "fwd.sm90.portable.bf16.d128.m128n64.q1",
             "fwd.sm90.portable.bf16.d128x128.m128.q1",

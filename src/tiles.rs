@@ -73,6 +73,27 @@ impl SpecClass {
             .find(|s| s.can_implement().is_ok())
     }
 
+    /// The Hopper flagship (`Impl::Wgmma`) spec on its tile table, when the family is sm90 and
+    /// the kernel implements the class (dense, q_stage 1, head dims multiples of 64), taken
+    /// unpacked (the flagship does not pack GQA; selection sends explicit packing requests to
+    /// the portable kernel); `None` sends the class to the portable kernel.
+    pub fn flagship(self) -> Option<KernelSpec> {
+        if self.arch != Arch::Sm90 {
+            return None;
+        }
+        let unpacked = SpecClass {
+            pack_gqa: false,
+            ..self
+        };
+        wgmma_candidates(self.d, self.dv, self.mask)
+            .iter()
+            .map(|&(m, n)| KernelSpec {
+                imp: Impl::Wgmma,
+                ..unpacked.on_tile(m, n)
+            })
+            .find(|s| s.can_implement().is_ok())
+    }
+
     /// The spec on the decode tile table (see `decode_candidates`), for problems of at most
     /// `DECODE_ROWS` packed rows; `None` when no decode tile fits (the portable table then).
     pub fn decode(self) -> Option<KernelSpec> {
@@ -83,6 +104,22 @@ impl SpecClass {
             .iter()
             .map(|&(m, n)| self.on_tile(m, n))
             .find(|s| s.can_implement().is_ok())
+    }
+}
+
+/// Tiles of the wgmma kernel, best first (FA3's starting points: 64-row consumer warpgroups,
+/// K/V tiles as wide as the registers allow next to O).
+fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
+    match d.max(dv) {
+        // The window test per element needs the registers three consumers (160 each) lack:
+        // 192x128 spilled 108 bytes with a local mask (NVRTC 13.5).
+        0..=64 if mask == Mask::Local => &[(128, 128)],
+        0..=64 => &[(192, 128), (128, 128)],
+        65..=128 => &[(128, 128), (128, 64)],
+        129..=192 => &[(128, 112), (128, 64)],
+        // 128x80 spilled 48-56 bytes with a local mask (NVRTC 13.5).
+        _ if mask == Mask::Local => &[(128, 64)],
+        _ => &[(128, 80), (128, 64)],
     }
 }
 

@@ -98,6 +98,8 @@ impl Case {
 struct Outcome {
     err_over_bound: f64,
     lse_rel: f64,
+    /// The implementation selection ran the case on (empty for degenerate calls).
+    kernel: &'static str,
 }
 
 fn randn(rng: &mut StdRng, dtype: DType, n: usize) -> Vec<f32> {
@@ -171,8 +173,12 @@ fn run_case(
     let o_len = (b * sq * o_row).max(1);
     let lse_len = (b * h * sq).max(1);
 
+    let kernel = match fa.plan(&p) {
+        Ok((_, sel)) => sel.spec.imp.name(),
+        Err(_) => "",
+    };
     let mut results = Vec::new();
-    for _ in 0..2 {
+    for _ in 0..REPEATS {
         let mut dout = stream
             .clone_htod(&vec![reference::nan_bits(c.dtype); o_len])
             .map_err(|e| e.to_string())?;
@@ -186,9 +192,10 @@ fn run_case(
         results.push((out_bits, lse));
     }
     let lse_bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    if results[0].0 != results[1].0 || (c.lse && lse_bits(&results[0].1) != lse_bits(&results[1].1))
-    {
-        return Err("two runs on the same inputs differ: a race".into());
+    for r in &results[1..] {
+        if results[0].0 != r.0 || (c.lse && lse_bits(&results[0].1) != lse_bits(&r.1)) {
+            return Err(format!("{REPEATS} runs on the same inputs differ: a race"));
+        }
     }
     let (out_bits, lse) = &results[0];
     // Unpad the output; every element of the (B, Sq, H, Dv) view must have been written.
@@ -201,6 +208,7 @@ fn run_case(
         return Ok(Outcome {
             err_over_bound: 0.0,
             lse_rel: 0.0,
+            kernel,
         });
     }
     let rp = RefProblem {
@@ -254,11 +262,20 @@ fn run_case(
             0.0
         },
         lse_rel,
+        kernel,
     })
 }
 
+/// Runs of each case on the same inputs, bit-compared (a moving result is a race).
+const REPEATS: usize = 3;
+
 /// Run cases, print a summary line and every failure, and fail if any case failed.
 fn run_all(label: &str, cases: &[Case]) {
+    run_all_on(label, cases, None);
+}
+
+/// `run_all`, and with `want` every non-degenerate case must run on that implementation.
+fn run_all_on(label: &str, cases: &[Case], want: Option<&str>) {
     let Some((_ctx, stream, fa)) = setup() else {
         return;
     };
@@ -270,18 +287,26 @@ fn run_all(label: &str, cases: &[Case]) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
     let (mut worst, mut worst_lse) = (0f64, 0f64);
+    let mut kernels = std::collections::BTreeMap::<&str, usize>::new();
     let t = std::time::Instant::now();
     for c in cases {
         match run_case(&stream, &fa, c, &mut rng) {
             Ok(o) => {
                 worst = worst.max(o.err_over_bound);
                 worst_lse = worst_lse.max(o.lse_rel);
+                *kernels.entry(o.kernel).or_default() += 1;
+                if let Some(w) = want
+                    && !o.kernel.is_empty()
+                    && o.kernel != w
+                {
+                    failures.push(format!("{}: ran on {}, not {w}", c.name(), o.kernel));
+                }
             }
             Err(e) => failures.push(format!("{}: {e}", c.name())),
         }
     }
     println!(
-        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; {:.1} s",
+        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?}; {:.1} s",
         cases.len() - failures.len(),
         failures.len(),
         t.elapsed().as_secs_f64()
@@ -356,6 +381,58 @@ fn oracle_matrix() {
         }
     }
     run_all("oracle_matrix", &cases);
+}
+
+/// The sm90 flagship (wgmma) on every head dim it implements x dtype x mask x LSE, with
+/// prefill-shaped Sq (> 64 rows, odd and tile-straddling sizes) against Sk both shorter and
+/// longer, GQA unpacked; each case run REPEATS times and bit-compared. On other GPUs the
+/// portable kernel runs the same cases.
+#[test]
+fn oracle_flagship() {
+    let sqs = [65, 113, 127, 129, 191, 193, 1000, 1031, 4096];
+    let sks = [1, 7, 64, 113, 128, 200, 1000, 1031, 4096];
+    let mut rng = StdRng::seed_from_u64(11);
+    let mut cases = Vec::new();
+    let mut i = 0;
+    for (d, dv) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
+        for dtype in DType::ALL {
+            for mask in 0..3 {
+                for lse in [false, true] {
+                    for _ in 0..3 {
+                        let (sq, sk) = (sqs[i % sqs.len()], sks[(i * 7 + 3) % sks.len()]);
+                        i += 1;
+                        let big = sq * sk > 1 << 20;
+                        let window = if mask == 2 {
+                            (
+                                Some(rng.random_range(0..=sk as i64)),
+                                Some(rng.random_range(-(sq as i64) / 2..=sk as i64 / 4)),
+                            )
+                        } else {
+                            (None, None)
+                        };
+                        let g = [1, 2, 4][i % 3];
+                        cases.push(Case {
+                            dtype,
+                            d,
+                            dv,
+                            batch: if big { 1 } else { 2 },
+                            sq,
+                            sk,
+                            heads: g * if big { 1 } else { 2 },
+                            heads_kv: if big { 1 } else { 2 },
+                            causal: mask == 1,
+                            window,
+                            lse,
+                            pack_gqa: None,
+                            pad: if i % 4 == 0 { 8 } else { 0 },
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    run_all_on("oracle_flagship", &cases, on_hopper.then_some("wgmma"));
 }
 
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,

@@ -42,6 +42,62 @@ fn sm120_d256_small_tile() {
 }
 
 #[test]
+fn sm90_wgmma_d128_causal_lse() {
+    snap("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.lse");
+}
+#[test]
+fn sm90_wgmma_d64_fp16() {
+    snap("fwd.sm90.wgmma.fp16.d64x64.m192n128.q1");
+}
+
+/// Every key field of the flagship changes its code too (its own template).
+#[test]
+fn every_wgmma_key_field_changes_the_source() {
+    let base: KernelSpec = "fwd.sm90.wgmma.bf16.d128x128.m128n128.q1".parse().unwrap();
+    let src = |s: &KernelSpec| {
+        let full = fa4gen::render::render(s).unwrap();
+        full.split_once("#include")
+            .map(|(_, b)| b.to_string())
+            .unwrap()
+    };
+    let b = src(&base);
+    for v in [
+        KernelSpec {
+            dtype: fa4gen::DType::Fp16,
+            ..base
+        },
+        KernelSpec { d: 192, ..base },
+        KernelSpec { dv: 64, ..base },
+        KernelSpec {
+            tile_m: 192,
+            d: 64,
+            dv: 64,
+            ..base
+        },
+        KernelSpec {
+            tile_n: 112,
+            ..base
+        },
+        KernelSpec {
+            mask: fa4gen::Mask::Causal,
+            ..base
+        },
+        KernelSpec {
+            mask: fa4gen::Mask::Local,
+            ..base
+        },
+        KernelSpec { lse: true, ..base },
+    ] {
+        assert_ne!(
+            src(&v),
+            b,
+            "{} renders the same code as the base spec",
+            v.stem()
+        );
+    }
+}
+
+#[test]
 fn sm90_serving_features() {
     snap(
         "fwd.sm90.portable.bf16.d64x64.m128n64.q1.local.lse.packgqa.varlen.paged.sink.softcap.split",

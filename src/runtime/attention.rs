@@ -7,7 +7,7 @@ use super::library::KernelLibrary;
 use super::problem::{Problem, Validated};
 use crate::params::FwdParams;
 use crate::select::{self, DeviceInfo, Selection};
-use crate::spec::KernelSpec;
+use crate::spec::{Impl, KernelSpec};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, sys,
 };
@@ -187,12 +187,15 @@ impl FlashAttention {
     pub fn plan(&self, problem: &Problem) -> Result<(Validated, Selection), Error> {
         let v = problem.validate()?;
         let s = select::select(problem, &v, &self.device)?;
-        // A decode tile the library does not ship (the default plan is prefill-shaped): the
-        // main tile table's kernel serves the call instead.
-        if s.decode_tile && !self.can_load(&s.spec) {
-            let t = select::select_table(problem, &v, &self.device)?;
-            if self.can_load(&t.spec) {
-                return Ok((v, t));
+        // A kernel the library does not ship (a decode tile: the default plan is
+        // prefill-shaped; a flagship tile a model plan left out): the next preference that
+        // it ships serves the call instead.
+        if !self.can_load(&s.spec) {
+            for prefer in &select::Prefer::FALLBACKS[1..] {
+                let t = select::select_with(problem, &v, &self.device, *prefer)?;
+                if self.can_load(&t.spec) {
+                    return Ok((v, t));
+                }
             }
         }
         Ok((v, s))
@@ -367,9 +370,27 @@ impl FlashAttention {
             };
             set_partials(&mut params, problem, ws, ws + (o_part_elems * 4) as u64);
         }
-        let mut args = [&params as *const FwdParams as *mut c_void];
-        // SAFETY: the function was loaded from a verified cubin of this spec; its one parameter
-        // is an fa4::FwdParams, whose layout the kernel static_asserts against this struct.
+        // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
+        let maps = match sel.spec.imp {
+            Impl::Wgmma => Some(super::tma::maps(
+                &sel.spec, problem, ptrs.q, ptrs.k, ptrs.v, ptrs.o,
+            )?),
+            Impl::Portable => None,
+        };
+        let mut args = [
+            &params as *const FwdParams as *mut c_void,
+            std::ptr::null_mut(),
+        ];
+        let nargs = match &maps {
+            Some(m) => {
+                args[1] = m as *const super::tma::TmaMaps as *mut c_void;
+                2
+            }
+            None => 1,
+        };
+        // SAFETY: the function was loaded from a verified cubin of this spec; its parameters
+        // are an fa4::FwdParams, whose layout the kernel static_asserts against this struct,
+        // and for the wgmma kernel its TmaMaps (four CUtensorMaps, the same order).
         unsafe {
             cudarc::driver::result::launch_kernel(
                 kernel.func.cu_function(),
@@ -377,7 +398,7 @@ impl FlashAttention {
                 (kernel.threads, 1, 1),
                 kernel.smem_bytes,
                 stream,
-                &mut args,
+                &mut args[..nargs],
             )
         }
         .call("cuLaunchKernel")?;

@@ -6,6 +6,7 @@ mod error;
 pub mod jit;
 mod library;
 mod problem;
+pub mod tma;
 
 pub use attention::{FlashAttention, RawPtrs, SeqBuffers};
 pub use error::Error;

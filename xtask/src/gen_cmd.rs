@@ -171,6 +171,9 @@ pub fn run(a: GenArgs) -> Result<(), String> {
             todo.par_iter().for_each(|(i, r)| {
                 match compile::compile(&nvrtc, &r.spec, &r.source) {
                     Ok(k) => {
+                        for w in &k.warnings {
+                            bar.println(format!("{}: {w}", r.spec.stem()));
+                        }
                         let path = dir.join(format!("{}.cubin", r.spec.stem()));
                         if let Err(e) = std::fs::write(&path, &k.cubin) {
                             lock(&failures).push(format!("{}: {e}", path.display()));

@@ -1,0 +1,150 @@
+//! TMA tensor maps for the wgmma kernel: one `CUtensorMap` per operand, encoded on the host
+//! for each call (they hold the tensor's address) and passed by value as the kernel's second
+//! `__grid_constant__` parameter (`TmaMaps` in `templates/fwd_sm90.cu`, same order).
+//!
+//! Every map is 4-d `(dim, row, head, batch)`, innermost first, with 128-byte swizzling (the
+//! layout the wgmma descriptors read) and a box of 64 columns: one 128-byte row per tile row.
+//! Reads outside the tensor are zero-filled and writes outside it dropped by the hardware, so
+//! ragged sequence ends and head dims need no code.
+
+use super::error::{DriverCall, Error};
+use super::problem::{Problem, Strides};
+use crate::spec::{DType, KernelSpec};
+use cudarc::driver::sys;
+
+/// The kernel's `TmaMaps`: Q (box tile_m rows), K and V (tile_n rows), O (64 rows: one
+/// consumer warpgroup's store).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TmaMaps {
+    pub q: sys::CUtensorMap,
+    pub k: sys::CUtensorMap,
+    pub v: sys::CUtensorMap,
+    pub o: sys::CUtensorMap,
+}
+
+// SAFETY: plain old data (four opaque 128-byte descriptors), read by the kernel as `TmaMaps`.
+unsafe impl cudarc::driver::DeviceRepr for TmaMaps {}
+
+/// Whether TMA can describe a tensor with these strides: every stride of a dimension longer
+/// than 1 must be a positive multiple of 16 bytes below 2^40 (validation already requires
+/// multiples of 8 elements; zero strides, i.e. broadcasts, are the case left).
+pub fn strides_fit(s: &Strides, rows: usize, heads: usize, batch: usize) -> bool {
+    [(s.row, rows), (s.head, heads), (s.batch, batch)]
+        .iter()
+        .all(|&(stride, n)| n <= 1 || (stride > 0 && stride * 2 < (1i64 << 40)))
+}
+
+/// Whether every operand of a dense problem can be described by a tensor map.
+pub fn problem_fits(p: &Problem) -> bool {
+    strides_fit(&p.q_strides, p.seqlen_q, p.heads, p.batch)
+        && strides_fit(&p.k_strides, p.seqlen_k, p.heads_kv, p.batch)
+        && strides_fit(&p.v_strides, p.seqlen_k, p.heads_kv, p.batch)
+        && strides_fit(&p.o_strides, p.seqlen_q, p.heads, p.batch)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn encode(
+    dtype: DType,
+    ptr: u64,
+    dim: usize,
+    rows: usize,
+    heads: usize,
+    batch: usize,
+    s: &Strides,
+    box_rows: u32,
+) -> Result<sys::CUtensorMap, Error> {
+    let elem = dtype.size() as u64;
+    // A stride of a length-1 dimension is never stepped; give TMA any legal value.
+    let stride = |v: i64, n: usize| {
+        if n <= 1 { 16 } else { v as u64 * elem }
+    };
+    let dims: [u64; 4] = [dim as u64, rows as u64, heads as u64, batch as u64];
+    let strides: [u64; 3] = [
+        stride(s.row, rows),
+        stride(s.head, heads),
+        stride(s.batch, batch),
+    ];
+    let boxes: [u32; 4] = [64, box_rows, 1, 1];
+    let unit: [u32; 4] = [1; 4];
+    let data_type = match dtype {
+        DType::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        DType::Fp16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+    };
+    let mut map = sys::CUtensorMap { opaque: [0; 16] };
+    // SAFETY: every array has the rank (or rank - 1) entries the call reads; the map is
+    // written by the driver; the address is only recorded, not dereferenced.
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            &mut map,
+            data_type,
+            4,
+            ptr as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxes.as_ptr(),
+            unit.as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()
+        .call("cuTensorMapEncodeTiled")?;
+    }
+    Ok(map)
+}
+
+/// The four maps of a dense call of `spec` over `p`'s tensors at these addresses.
+pub fn maps(
+    spec: &KernelSpec,
+    p: &Problem,
+    q: u64,
+    k: u64,
+    v: u64,
+    o: u64,
+) -> Result<TmaMaps, Error> {
+    let dt = p.dtype;
+    Ok(TmaMaps {
+        q: encode(
+            dt,
+            q,
+            p.head_dim,
+            p.seqlen_q,
+            p.heads,
+            p.batch,
+            &p.q_strides,
+            spec.tile_m,
+        )?,
+        k: encode(
+            dt,
+            k,
+            p.head_dim,
+            p.seqlen_k,
+            p.heads_kv,
+            p.batch,
+            &p.k_strides,
+            spec.tile_n,
+        )?,
+        v: encode(
+            dt,
+            v,
+            p.head_dim_v,
+            p.seqlen_k,
+            p.heads_kv,
+            p.batch,
+            &p.v_strides,
+            spec.tile_n,
+        )?,
+        o: encode(
+            dt,
+            o,
+            p.head_dim_v,
+            p.seqlen_q,
+            p.heads,
+            p.batch,
+            &p.o_strides,
+            64,
+        )?,
+    })
+}
