@@ -68,10 +68,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut p = Problem::new(DType::Bf16, b, s, s, h, h, d, dv);
         p.causal = causal;
         p.tile_mn = tile;
-        if let Err(e) = fa.plan(&p) {
-            // A tile the family cannot build (sweeps ask for all of them): say so, go on.
+        let why = match fa.plan(&p) {
+            Err(e) => Some(e.to_string()),
+            Ok((_, sel)) if !fa.can_load(&sel.spec) => Some(format!("{} is not built", sel.spec)),
+            Ok(_) => None,
+        };
+        if let Some(why) = why {
+            // A tile the family cannot build, or one this library lacks (sweeps ask for all
+            // of them): say so, go on.
             println!(
-                "{{\"skipped\":true,\"d\":{d},\"s\":{s},\"tile\":\"{tile:?}\",\"why\":\"{e}\"}}"
+                "{{\"skipped\":true,\"d\":{d},\"s\":{s},\"tile\":\"{tile:?}\",\"why\":\"{why}\"}}"
             );
             continue;
         }

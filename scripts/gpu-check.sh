@@ -80,6 +80,22 @@ for l in open(sys.argv[1]):
         print(f'| {r["d"]} | {r["causal"]} | {r["kernel"].split(".")[5]} | {r["tflops"]} | {r["kernel"]} |')
 PY
     ;;
+  wgmma-tiles)
+    # The flagship's tile candidates (plan `tiles`, sm90) at S = 4096 (and $S if set).
+    shapes=()
+    for d in ${TILE_DIMS:-64 128 192 256}; do for c in 0 1; do for t in ${TILES:-128,176 128,160 128,128 128,112 128,96 128,80 128,64}; do
+      shapes+=("$d,${S:-4096},$c,$t"); done; done; done
+    .stage/bin/bench_fwd .stage/plans/tiles "${shapes[@]}" > "$OUT/wgmma-tiles.jsonl" 2> "$OUT/wgmma-tiles.err"
+    python3 - "$OUT/wgmma-tiles.jsonl" <<'PY' | tee "$OUT/wgmma-tiles.md"
+import json, sys
+print("| d | causal | tile | TFLOP/s | kernel |")
+print("|---|---|---|---|---|")
+for l in open(sys.argv[1]):
+    if l.startswith("{") and "tflops" in l:
+        r = json.loads(l)
+        print(f'| {r["d"]} | {r["causal"]} | {r["kernel"].split(".")[5]} | {r["tflops"]} | {r["kernel"]} |')
+PY
+    ;;
   capi)
     nvcc -o "$OUT/capi_test" tests/capi/capi_test.c -Iinclude -L.stage/lib -lfa4gen -Xlinker -rpath=.stage/lib > "$OUT/capi-build.log" 2>&1 \
       || { echo "capi_test build failed"; cat "$OUT/capi-build.log"; status=1; continue; }

@@ -266,7 +266,7 @@ mod tests {
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
                 let dense_model = !m.sinks && m.softcap.is_none();
                 let flagship_dims =
-                    m.head_dim.is_multiple_of(64) && m.head_dim_v.is_multiple_of(64);
+                    m.head_dim.is_multiple_of(16) && m.head_dim_v.is_multiple_of(16);
                 let want = if arch == Arch::Sm90 && dense_model && flagship_dims {
                     (m.full_layers as usize + m.sliding_window.is_some() as usize) * 2
                 } else {

@@ -86,6 +86,7 @@ fn tile_sweep(arch: Arch) -> Vec<KernelSpec> {
             for (tile_m, tile_n) in [
                 (192, 128),
                 (128, 176),
+                (128, 160),
                 (128, 128),
                 (128, 112),
                 (128, 96),
@@ -144,8 +145,8 @@ mod tests {
         for arch in Arch::ALL {
             let specs = plan("default", arch).unwrap();
             let per_dim = 2 * 3 * 2 * 2 * tiles::q_stages(arch).len();
-            // sm90 adds the flagship (unpacked) for the head dims that are multiples of 64.
-            let flagship = if arch == Arch::Sm90 { 4 * 2 * 3 * 2 } else { 0 };
+            // sm90 adds the flagship (unpacked) for every head dim.
+            let flagship = if arch == Arch::Sm90 { 5 * 2 * 3 * 2 } else { 0 };
             assert_eq!(
                 specs.len(),
                 DEFAULT_HEAD_DIMS.len() * per_dim + flagship,

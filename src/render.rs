@@ -124,6 +124,7 @@ struct WgmmaFwd<'a> {
     producer_regs: u32,
     consumer_regs: u32,
     consumer_wgs: u32,
+    persistent: bool,
     params_size: usize,
 }
 
@@ -181,6 +182,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 producer_regs,
                 consumer_regs,
                 consumer_wgs: spec.tile_m / 64,
+                persistent: spec.wgmma_persistent(),
                 params_size,
             }
             .render()

@@ -239,13 +239,25 @@ pub fn select_with(
         class.feat.split = true;
         spec = pick(class)?;
     }
-    Ok(Selection {
-        spec,
-        grid: (
+    // The flagship is persistent: one CTA per SM walks the (Q block, head, batch) tiles.
+    let grid = if spec.imp == crate::spec::Impl::Wgmma {
+        let tiles = (m_blocks * heads * p.batch).max(1);
+        let ctas = if spec.wgmma_persistent() {
+            tiles.min(device.sm_count.max(1) as usize)
+        } else {
+            tiles
+        };
+        (ctas as u32, 1, 1)
+    } else {
+        (
             m_blocks as u32,
             heads as u32,
             (p.batch * num_splits as usize) as u32,
-        ),
+        )
+    };
+    Ok(Selection {
+        spec,
+        grid,
         num_splits,
         decode_tile: decode && class.decode() == Some(spec),
     })
@@ -303,7 +315,7 @@ mod tests {
         let s = sel(&p, &H200);
         assert_eq!(s.spec.imp, Impl::Wgmma);
         assert!(!s.spec.pack_gqa);
-        assert_eq!(s.grid, (1, 64, 2));
+        assert_eq!(s.grid, (128, 1, 1)); // persistent: 1 x 64 x 2 tiles
         // An explicit packing request, or a decode-shaped call, goes to the portable kernel.
         p.pack_gqa = Some(true);
         let s = sel(&p, &H200);
@@ -319,8 +331,8 @@ mod tests {
     #[test]
     fn flagship_falls_back_where_it_cannot_serve() {
         let portable = |p: &Problem| sel(p, &H200).spec.imp == Impl::Portable;
-        let mut p = Problem::new(DType::Bf16, 2, 1000, 1000, 16, 16, 96, 96);
-        assert!(portable(&p), "d 96 is not a multiple of 64");
+        let mut p = Problem::new(DType::Bf16, 2, 1000, 1000, 16, 16, 40, 40);
+        assert!(portable(&p), "d 40 is not a multiple of the wgmma k step");
         p.head_dim = 128;
         p.head_dim_v = 128;
         assert!(!portable(&p));
@@ -352,10 +364,10 @@ mod tests {
         let s = sel(&p, &H200);
         assert!(!s.spec.pack_gqa);
         assert_eq!(s.spec.mask, Mask::Causal);
-        assert_eq!(s.grid, (8, 16, 3));
+        assert_eq!(s.grid, (132, 1, 1)); // persistent: 8 x 16 x 3 tiles over the SMs
         assert_eq!(
             s.spec.stem(),
-            "fwd.sm90.wgmma.fp16.d128x128.m128n128.q1.causal"
+            "fwd.sm90.wgmma.fp16.d128x128.m128n160.q1.causal"
         );
     }
 
@@ -397,7 +409,7 @@ mod tests {
                             let s = select_table(&p, &p.validate().unwrap(), &dev).unwrap();
                             let q = if fam == "sm100f" && sq > 128 { 2 } else { 1 };
                             let kernel = if fam == "sm90" && sq > 64 {
-                                "wgmma.bf16.d192x128.m128n112"
+                                "wgmma.bf16.d192x128.m128n128"
                             } else {
                                 "portable.bf16.d192x128.m128n64"
                             };
@@ -407,7 +419,13 @@ mod tests {
                                 if lse { ".lse" } else { "" }
                             );
                             assert_eq!(s.spec.stem(), want);
-                            assert_eq!(s.grid, ((sq as u32).div_ceil(128 * q), 128, b as u32));
+                            let tiles = (sq as u32).div_ceil(128 * q) * 128 * b as u32;
+                            let grid = if kernel.starts_with("wgmma") {
+                                (tiles.min(dev.sm_count), 1, 1)
+                            } else {
+                                ((sq as u32).div_ceil(128 * q), 128, b as u32)
+                            };
+                            assert_eq!(s.grid, grid);
                             assert!(plan.contains(&s.spec), "{want} is not in the {fam} plan");
                             seen += 1;
                         }
@@ -478,7 +496,13 @@ mod tests {
         let mut p = Problem::new(DType::Bf16, 1, 300, 300, 4, 4, 64, 64);
         p.tile_mn = Some((64, 128));
         let s = sel(&p, &H200);
-        assert_eq!((s.spec.tile_m, s.spec.tile_n, s.grid.0), (64, 128, 5));
+        // The flagship on that tile: 5 Q blocks x 4 heads, one persistent CTA each.
+        assert_eq!((s.spec.tile_m, s.spec.tile_n, s.grid.0), (64, 128, 20));
+        // A head dim the flagship cannot take: the portable kernel on the same tile.
+        let mut q = Problem::new(DType::Bf16, 1, 300, 300, 4, 4, 40, 40);
+        q.tile_mn = Some((64, 128));
+        let s = sel(&q, &H200);
+        assert_eq!((s.spec.imp, s.grid), (Impl::Portable, (5, 4, 1)));
         p.tile_mn = Some((96, 64));
         assert!(matches!(
             select(&p, &p.validate().unwrap(), &H200),

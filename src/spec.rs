@@ -209,6 +209,9 @@ pub struct Geometry {
     /// Paged kernels: two slots of `tile_n + 1` page-table entries (int32), prefetched one K
     /// block ahead (0 bytes otherwise).
     pub smem_pages: u32,
+    /// Where O is staged for the store: the Q rows (`smem_q`), or its own rows (wgmma, where
+    /// shared memory allows: the next tile's Q then loads during this tile's epilogue).
+    pub smem_o: u32,
     pub smem_bytes: u32,
     /// K/V pipeline stages (portable: one K and one V buffer).
     pub stages: u32,
@@ -298,6 +301,7 @@ impl KernelSpec {
             smem_k,
             smem_v,
             smem_pages,
+            smem_o: smem_q,
             smem_bytes,
             stages: 1,
         }
@@ -305,21 +309,30 @@ impl KernelSpec {
 
     /// The wgmma kernel's layout: a producer warpgroup plus one 64-row consumer warpgroup per
     /// 64 rows of tile_m; every tile stored as 128-byte swizzled 64-column blocks (TMA's
-    /// SWIZZLE_128B, what the wgmma descriptors read), 1024-byte aligned; the Q tile (which
-    /// also stages O), `WGMMA_STAGES` K and V tiles, then the barriers (q, full_k, full_v,
-    /// empty per stage), plus 1024 bytes of slack to align the dynamic base.
+    /// SWIZZLE_128B, what the wgmma descriptors read), 1024-byte aligned; the Q tile,
+    /// `WGMMA_STAGES` K and V tiles, the O staging tile where it fits (else O is staged in
+    /// the Q rows), then the barriers (q, q_empty; full and empty for K and V per stage), plus 1024
+    /// bytes of slack to align the dynamic base. `smem_pages` (no pages here) marks the end of
+    /// the tiles.
     fn wgmma_geometry(&self) -> Geometry {
         let stages = WGMMA_STAGES;
         let chunks = |x: u32| x.div_ceil(64);
         let smem_q = 0;
         let smem_k = smem_q + self.tile_m * 128 * chunks(self.d).max(chunks(self.dv));
         let smem_v = smem_k + stages * self.tile_n * 128 * chunks(self.d);
-        let smem_pages = smem_v + stages * self.tile_n * 128 * chunks(self.dv);
-        let smem_bytes = smem_pages + (1 + 3 * stages) * 8 + 1024;
+        let kv_end = smem_v + stages * self.tile_n * 128 * chunks(self.dv);
+        let barriers = (2 + 4 * stages) * 8 + 1024;
+        let o_bytes = self.tile_m * 128 * chunks(self.dv);
+        let (smem_o, smem_pages) = if kv_end + o_bytes + barriers <= self.arch.max_dynamic_smem() {
+            (kv_end, kv_end + o_bytes)
+        } else {
+            (smem_q, kv_end)
+        };
+        let smem_bytes = smem_pages + barriers;
         let threads = 128 * (self.tile_m / 64 + 1);
         Geometry {
-            d_pad: self.d,
-            dv_pad: self.dv,
+            d_pad: chunks(self.d) * 64,
+            dv_pad: chunks(self.dv) * 64,
             warp_m: 16,
             warps: threads / 32,
             threads,
@@ -330,9 +343,17 @@ impl KernelSpec {
             smem_k,
             smem_v,
             smem_pages,
+            smem_o,
             smem_bytes,
             stages,
         }
+    }
+
+    /// Whether the wgmma kernel is persistent (one CTA per SM walking the tiles) or takes one
+    /// tile per CTA: at dv 256 the state a tile loop carries does not fit beside the 128 O
+    /// accumulators per thread (240-264 bytes of spills, NVRTC 13.5).
+    pub fn wgmma_persistent(&self) -> bool {
+        self.dv <= 192
     }
 
     /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after
@@ -426,11 +447,9 @@ impl KernelSpec {
             return no("runs on sm90 only (wgmma and setmaxnreg are sm_90a instructions)");
         }
         for (name, value) in [("d", self.d), ("dv", self.dv)] {
-            if value == 0 || !value.is_multiple_of(64) || value > 256 {
+            if value == 0 || !value.is_multiple_of(16) || value > 256 {
                 let _ = name; // both dims share one limit
-                return no(
-                    "needs head dims that are multiples of 64 up to 256 (TMA moves 64-column blocks)",
-                );
+                return no("needs head dims that are multiples of 16 up to 256 (the wgmma k step)");
             }
         }
         if ![64, 128, 192].contains(&self.tile_m) {
@@ -459,7 +478,7 @@ impl KernelSpec {
         }
         // Per consumer thread: O (64 x dv) and S (64 x tile_n) fp32 accumulators and P as
         // 16-bit (half of S), plus addresses and softmax state.
-        let need = (self.dv + self.tile_n + self.tile_n / 2) / 2 + 32;
+        let need = (g.dv_pad + self.tile_n + self.tile_n / 2) / 2 + 32;
         let limit = self.wgmma_registers().1;
         if need > limit {
             return Err(Unsupported::Registers {
