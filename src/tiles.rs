@@ -110,7 +110,8 @@ impl SpecClass {
 /// Tiles of the wgmma kernel, best first: two 64-row consumer warpgroups, K/V tiles as wide as
 /// the registers allow next to O. Measured on the H200 (`scripts/gpu-check.sh wgmma-tiles`,
 /// bf16, S = 4096, B·S = 16k, H·d = 2048, TFLOP/s non-causal / causal, before persistence):
-/// - d 64:      128x176 427/392, 128x128 417/395, 192x128 (three consumers) 381/389
+/// - d 64:      128x176 427/392, 128x128 417/395, 192x128 (three consumers) 381/389; after
+///   the K/V release split 128x128 448/408, 128x160 434/397
 /// - d 128:     128x176 537/506, 128x128 524/492, 128x112 502/470, 128x64 424/413
 /// - d 192/128: 128x128 538/524, 128x112 529/501, 128x96 513/494
 /// - d 256:     128x80 (registers bound it) and 128x64 for local masks
@@ -118,7 +119,6 @@ impl SpecClass {
 /// Local masks take the narrower tile where the window test per element spilled.
 fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
     match d.max(dv) {
-        0..=64 if mask == Mask::None => &[(128, 160), (128, 128)],
         0..=64 => &[(128, 128), (128, 64)],
         65..=128 => &[(128, 160), (128, 128), (128, 64)],
         129..=192 => &[(128, 128), (128, 112), (128, 64)],

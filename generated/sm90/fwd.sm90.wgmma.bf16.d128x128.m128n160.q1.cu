@@ -47,14 +47,8 @@ constexpr int kStages = 2;
 constexpr int kConsumers = kTileM / 64;            // consumer warpgroups, 64 rows each
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
-// Consumers take turns at the tensor cores; not at dv 256, where the turn-taking state spilled
-// 4-12 bytes next to the 128 O accumulators (NVRTC 13.5).
-constexpr bool kPingPong = kConsumers > 1 && kDv <= 192;
+constexpr bool kPingPong = kConsumers > 1;  // consumers take turns at the tensor cores
 constexpr int kSchedBar = 4;                          // named barriers 4.. (1..3: epilogue)
-// Rescale O by the softmax correction while the next Q K^T runs (off the path between P V's
-// completion and the next issue); at dv 256 the longer live range spilled (NVRTC 13.5), so
-// there O is rescaled as soon as P V completes.
-constexpr bool kRescaleEarly = kDv <= 192;
 // 128-byte (64-element) column blocks. TMA zero-fills the columns past d (and dv), so a head
 // dim that is not a multiple of 64 costs only the padding's MMA work: Q K^T stops at kD,
 // O is computed kDvPad wide and the TMA store drops the columns past dv.
@@ -370,7 +364,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1(const __grid_constant__ FwdParam
         wgmma_fence();
         gemm_qk(s[0], sQc, sK + st * kKStage);  // this block's scores ...
         wgmma_commit();
-        if constexpr (kRescaleEarly) rescale_o();  // O holds blocks < i - 1: rescale while Q K^T runs
+        rescale_o();  // O holds blocks < i - 1: rescale while Q K^T runs
         mbar_wait(bar.full_v(prev), ((it - 1) / kStages) & 1);
         wgmma_fence();
         gemm_pv(o, pa, sV + prev * kVStage);  // ... and the previous block's P V
@@ -384,7 +378,6 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1(const __grid_constant__ FwdParam
         wgmma_wait<0>();
         fence_regs(o);
         warp_arrive(bar.empty_v(prev));
-        if constexpr (!kRescaleEarly) rescale_o();
         pack_p(pa, s[0]);
       }
       // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
@@ -392,7 +385,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1(const __grid_constant__ FwdParam
       const int last = it % kStages;
       mbar_wait(bar.full_v(last), (it / kStages) & 1);
       turn_begin();
-      if constexpr (kRescaleEarly) rescale_o();
+      rescale_o();
       wgmma_fence();
       gemm_pv(o, pa, sV + last * kVStage);
       wgmma_commit();
