@@ -337,8 +337,10 @@ mod tests {
         p.head_dim_v = 128;
         assert!(!portable(&p));
         p.softcap = 30.0;
-        assert!(portable(&p), "softcap");
+        p.sinks = true;
+        assert!(!portable(&p), "the flagship takes sinks and softcap");
         p.softcap = 0.0;
+        p.sinks = false;
         p.num_splits = 3;
         let s = sel(&p, &H200);
         assert_eq!((s.spec.imp, s.num_splits), (Impl::Portable, 3));

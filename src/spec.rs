@@ -461,9 +461,9 @@ impl KernelSpec {
         if self.q_stage != 1 {
             return no("has no q_stage 2 (two consumer warpgroups already share each K/V tile)");
         }
-        if self.pack_gqa || self.feat != Features::default() {
+        if self.pack_gqa || self.feat.varlen || self.feat.paged || self.feat.split {
             return no(
-                "has no packed GQA or serving features yet (the portable kernel serves them)",
+                "has no packed GQA, varlen, paged KV or split-KV yet (the portable kernel serves them)",
             );
         }
         let g = self.geometry();

@@ -74,7 +74,8 @@ impl SpecClass {
     }
 
     /// The Hopper flagship (`Impl::Wgmma`) spec on its tile table, when the family is sm90 and
-    /// the kernel implements the class (dense, q_stage 1, head dims multiples of 16), taken
+    /// the kernel implements the class (dense, sinks and softcap included, q_stage 1, head
+    /// dims multiples of 16), taken
     /// unpacked (the flagship does not pack GQA; selection sends explicit packing requests to
     /// the portable kernel); `None` sends the class to the portable kernel.
     pub fn flagship(self) -> Option<KernelSpec> {

@@ -18,6 +18,7 @@
 //       consumers taking turns to issue their GEMMs (ping-pong on named barriers) so one's
 //       softmax overlaps the other's GEMMs; then the epilogue: O / l to 16-bit into the Q
 //       tile's shared memory (128-byte swizzle) and one TMA store per consumer.
+// Features: sink={{ spec.feat.sink }} softcap={{ spec.feat.softcap }} (varlen, paged and split-KV calls go to the portable kernel).
 {% if persistent %}// Grid: persistent, one CTA per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(Sq / {{ spec.tile_m }}) Q blocks x heads x batch) set, its K/V ring running on across tiles.{% else %}// Grid: one CTA per tile of the (ceil(Sq / {{ spec.tile_m }}) Q blocks x heads x batch) set.{% endif %}
 // Heads share a KV head in groups of H / Hkv (unpacked GQA). O is staged {% if geo.smem_o != geo.smem_q %}in its own rows{% else %}in the Q rows{% endif %}.
@@ -26,6 +27,7 @@
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mbarrier.cuh"
 #include "fa4gen/online_softmax.cuh"
+#include "fa4gen/softcap.cuh"
 #include "fa4gen/tma.cuh"
 #include "fa4gen/warpgroup.cuh"
 #include "fa4gen/wgmma.cuh"
@@ -41,6 +43,7 @@ constexpr int kD = {{ spec.d }}, kDv = {{ spec.dv }};  // head dims (qk, v), mul
 constexpr int kTileM = {{ spec.tile_m }}, kTileN = {{ spec.tile_n }};
 constexpr MaskKind kMask = MaskKind::{{ mask_kind }};
 constexpr bool kWriteLse = {{ spec.lse }};
+constexpr bool kSink = {{ spec.feat.sink }}, kSoftcap = {{ spec.feat.softcap }};  // serving features of dense prefill
 constexpr bool kPersistent = {{ persistent }};  // one CTA per SM walking the tiles (else one tile per CTA)
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
@@ -177,6 +180,15 @@ FA4_DEVICE void pack_p(u32 (&pa)[kTileN / 16][4], const float (&s)[kNT][4]) {
     pa[kk][2] = Elem::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pa[kk][3] = Elem::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
+}
+
+// Soft-capped scores: s = tanh(qk * scale / c); the softmax multiplies by c * log2(e)
+// (p.scale_log2), so the capped logit is c * tanh(scale * qk / c).
+FA4_DEVICE void softcap_block(float (&s)[kNT][4], float softcap_scale) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = tanh_accurate(s[nt][e] * softcap_scale);
 }
 
 // Hide the keys outside each row's visible range [lo, hi) of a boundary block.
@@ -329,6 +341,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_wait<0>();
       fence_regs(s[0]);
       warp_arrive(bar.empty_k(it % kStages));
+      if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
       if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
       softmax.update(s, scale_log2, corr);
       pack_p(pa, s[0]);
@@ -351,6 +364,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         wgmma_wait<1>();
         fence_regs(s[0]);
         warp_arrive(bar.empty_k(st));
+        if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
         if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
         softmax.update(s, scale_log2, corr);  // overlaps P V on the tensor cores
         wgmma_wait<0>();
@@ -377,7 +391,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
 
     // ---- epilogue: normalise, stage O (swizzled) in shared memory, TMA store ----
-    softmax.finalize<false>(scale_log2, [](int, int) { return 0.f; });
+    // A sink (per head, natural-log units) joins each row's denominator and LSE.
+    softmax.template finalize<kSink>(scale_log2, [&](int, int) { return p.sinks[w.head] * kLog2e; });
     // The previous tile's store has finished reading the staging rows (its issuer waited).
     named_barrier_sync(1 + cons, 128);
     // The staging addresses depend only on the thread: derived from a fresh thread index here,

@@ -498,6 +498,25 @@ fn run_all(label: &str, cases: &[Case]) {
             Err(e) => panic!("jit: {e}"),
         }
     }
+    // Which implementation selection sends the cases to (the sm90 flagship takes the dense
+    // prefill-shaped ones, sinks and softcap included).
+    let mut kernels = std::collections::BTreeMap::<String, usize>::new();
+    let mut r = StdRng::seed_from_u64(0);
+    for c in cases {
+        let name = match fa.plan(&build_problem_only(c, &mut r)) {
+            Ok((_, s)) => s.spec.imp.name().to_string(),
+            Err(_) => "none".to_string(),
+        };
+        *kernels.entry(name).or_default() += 1;
+    }
+    println!("{label}: kernels {kernels:?}");
+    if label == "flagship_features" && fa.device().major == 9 {
+        assert_eq!(
+            kernels.keys().collect::<Vec<_>>(),
+            ["wgmma"],
+            "every flagship_features case must select the flagship on sm90"
+        );
+    }
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
     let (mut worst, mut worst_lse) = (0f64, 0f64);
@@ -529,7 +548,6 @@ fn run_all(label: &str, cases: &[Case]) {
 }
 
 /// The problem of a case without its data (for selection / jit preparation).
-#[cfg(feature = "jit")]
 fn build_problem_only(c: &Case, rng: &mut StdRng) -> Problem {
     // Selection depends on the lengths, not the values.
     let data: Vec<SeqData> = c
@@ -552,6 +570,45 @@ fn random_seqs(rng: &mut StdRng, n: usize, max: usize, same: bool) -> Vec<(usize
             (sq, sk)
         })
         .collect()
+}
+
+/// The sm90 flagship's serving features (#4/#5): sinks and softcap on dense prefill-shaped
+/// batches (equal lengths, unpacked GQA), every flagship head dim x mask x dtype, Sq != Sk both
+/// ways. On an sm90 device every case must run on the flagship.
+#[test]
+fn flagship_features() {
+    let mut rng = StdRng::seed_from_u64(23);
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (d, dv) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
+        for dtype in DType::ALL {
+            for mask in 0..3 {
+                let (sq, sk) = [(65, 300), (113, 113), (300, 129), (1000, 1031)][i % 4];
+                let g = [1, 2, 4][i % 3];
+                let mut c = Case::base(vec![(sq, sk); 1 + i % 2]);
+                c.dtype = dtype;
+                c.d = d;
+                c.dv = dv;
+                c.heads = 2 * g;
+                c.heads_kv = 2;
+                c.causal = mask == 1;
+                if mask == 2 {
+                    c.window = (
+                        Some(rng.random_range(0..=sk as i64)),
+                        Some(rng.random_range(0..=64)),
+                    );
+                }
+                c.sinks = i % 3 != 1;
+                c.softcap = [0.0, 15.0, 30.0][(i / 2) % 3];
+                if !c.sinks && c.softcap == 0.0 {
+                    c.softcap = 30.0;
+                }
+                cases.push(c);
+                i += 1;
+            }
+        }
+    }
+    run_all("flagship_features", &cases);
 }
 
 /// #5: ragged batches, pages, windows, sinks, softcap and GQA, alone and together.

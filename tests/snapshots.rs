@@ -87,6 +87,20 @@ fn every_wgmma_key_field_changes_the_source() {
             ..base
         },
         KernelSpec { lse: true, ..base },
+        KernelSpec {
+            feat: fa4gen::spec::Features {
+                sink: true,
+                ..Default::default()
+            },
+            ..base
+        },
+        KernelSpec {
+            feat: fa4gen::spec::Features {
+                softcap: true,
+                ..Default::default()
+            },
+            ..base
+        },
     ] {
         assert_ne!(
             src(&v),

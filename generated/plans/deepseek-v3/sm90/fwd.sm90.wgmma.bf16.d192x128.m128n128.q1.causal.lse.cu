@@ -18,6 +18,7 @@
 //       consumers taking turns to issue their GEMMs (ping-pong on named barriers) so one's
 //       softmax overlaps the other's GEMMs; then the epilogue: O / l to 16-bit into the Q
 //       tile's shared memory (128-byte swizzle) and one TMA store per consumer.
+// Features: sink=false softcap=false (varlen, paged and split-KV calls go to the portable kernel).
 // Grid: persistent, one CTA per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(Sq / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
 // Heads share a KV head in groups of H / Hkv (unpacked GQA). O is staged in the Q rows.
@@ -26,6 +27,7 @@
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mbarrier.cuh"
 #include "fa4gen/online_softmax.cuh"
+#include "fa4gen/softcap.cuh"
 #include "fa4gen/tma.cuh"
 #include "fa4gen/warpgroup.cuh"
 #include "fa4gen/wgmma.cuh"
@@ -40,6 +42,7 @@ constexpr int kD = 192, kDv = 128;  // head dims (qk, v), multiples of 16
 constexpr int kTileM = 128, kTileN = 128;
 constexpr MaskKind kMask = MaskKind::Causal;
 constexpr bool kWriteLse = true;
+constexpr bool kSink = false, kSoftcap = false;  // serving features of dense prefill
 constexpr bool kPersistent = true;  // one CTA per SM walking the tiles (else one tile per CTA)
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
@@ -201,6 +204,15 @@ FA4_DEVICE void pack_p(u32 (&pa)[kTileN / 16][4], const float (&s)[kNT][4]) {
   }
 }
 
+// Soft-capped scores: s = tanh(qk * scale / c); the softmax multiplies by c * log2(e)
+// (p.scale_log2), so the capped logit is c * tanh(scale * qk / c).
+FA4_DEVICE void softcap_block(float (&s)[kNT][4], float softcap_scale) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = tanh_accurate(s[nt][e] * softcap_scale);
+}
+
 // Hide the keys outside each row's visible range [lo, hi) of a boundary block.
 FA4_DEVICE void mask_block(float (&s)[kNT][4], const BottomRightMask<kMask>& mask, int query0, int n0, int t) {
 #pragma unroll
@@ -351,6 +363,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse(const __grid_constant
       wgmma_wait<0>();
       fence_regs(s[0]);
       warp_arrive(bar.empty_k(it % kStages));
+      if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
       if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
       softmax.update(s, scale_log2, corr);
       pack_p(pa, s[0]);
@@ -373,6 +386,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse(const __grid_constant
         wgmma_wait<1>();
         fence_regs(s[0]);
         warp_arrive(bar.empty_k(st));
+        if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
         if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
         softmax.update(s, scale_log2, corr);  // overlaps P V on the tensor cores
         wgmma_wait<0>();
@@ -399,7 +413,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse(const __grid_constant
     }
 
     // ---- epilogue: normalise, stage O (swizzled) in shared memory, TMA store ----
-    softmax.finalize<false>(scale_log2, [](int, int) { return 0.f; });
+    // A sink (per head, natural-log units) joins each row's denominator and LSE.
+    softmax.template finalize<kSink>(scale_log2, [&](int, int) { return p.sinks[w.head] * kLog2e; });
     // The previous tile's store has finished reading the staging rows (its issuer waited).
     named_barrier_sync(1 + cons, 128);
     // The staging addresses depend only on the thread: derived from a fresh thread index here,
