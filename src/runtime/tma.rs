@@ -148,3 +148,29 @@ pub fn maps(
         )?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::DType;
+
+    #[test]
+    fn which_strides_tma_can_describe() {
+        let dense = Strides::contiguous(1000, 16, 128);
+        assert!(strides_fit(&dense, 1000, 16, 4));
+        // A broadcast (zero) stride over a real dimension has no tensor map.
+        let bcast = Strides { head: 0, ..dense };
+        assert!(!strides_fit(&bcast, 1000, 16, 4));
+        // ... but over a length-1 dimension it is never stepped.
+        assert!(strides_fit(&bcast, 1000, 1, 4));
+        let huge = Strides {
+            batch: 1 << 40,
+            ..dense
+        };
+        assert!(!strides_fit(&huge, 1000, 16, 2));
+        let mut p = Problem::new(DType::Bf16, 2, 300, 300, 8, 8, 64, 64);
+        assert!(problem_fits(&p));
+        p.v_strides.row = 0;
+        assert!(!problem_fits(&p));
+    }
+}
