@@ -141,8 +141,12 @@ pub fn select_with(
     let decode = prefer.decode && p.tile_mn.is_none() && rows <= crate::tiles::DECODE_ROWS;
     // The flagship serves prefill-shaped dense calls whose tensors TMA can describe; it does
     // not pack GQA, so it takes the class unpacked unless the caller asked for packing.
+    // The flagship runs unpacked, so its rows are the queries themselves: Sq = 9 with a group
+    // of 8 is decode-shaped for it even though it packs to 72 rows. An empty K (Sk = 0, which
+    // reaches a kernel only with sinks or a strided output) has no tensor map.
     let flagship = prefer.flagship
-        && rows > crate::tiles::DECODE_ROWS
+        && p.seqlen_q > crate::tiles::DECODE_ROWS
+        && p.seqlen_k > 0
         && p.pack_gqa != Some(true)
         && crate::runtime::tma::problem_fits(p);
     let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
@@ -326,6 +330,14 @@ mod tests {
         let d = Problem::new(DType::Bf16, 2, 8, 1000, 64, 8, 64, 64);
         let s = sel(&d, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Portable, true));
+        // 9 queries x a group of 8 packs to 72 rows, but the unpacked flagship would run 9
+        // valid rows per 128-row tile: still the portable kernel.
+        let d = Problem::new(DType::Bf16, 2, 9, 1000, 64, 8, 64, 64);
+        assert_eq!(sel(&d, &H200).spec.imp, Impl::Portable);
+        // An empty K never meets a tensor map.
+        let mut e = Problem::new(DType::Bf16, 2, 300, 0, 8, 8, 64, 64);
+        e.sinks = true;
+        assert_eq!(sel(&e, &H200).spec.imp, Impl::Portable);
     }
 
     #[test]

@@ -32,7 +32,9 @@ unsafe impl cudarc::driver::DeviceRepr for TmaMaps {}
 pub fn strides_fit(s: &Strides, rows: usize, heads: usize, batch: usize) -> bool {
     [(s.row, rows), (s.head, heads), (s.batch, batch)]
         .iter()
-        .all(|&(stride, n)| n <= 1 || (stride > 0 && stride * 2 < (1i64 << 40)))
+        .all(|&(stride, n)| {
+            n <= 1 || (stride > 0 && stride.checked_mul(2).is_some_and(|b| b < (1i64 << 40)))
+        })
 }
 
 /// Whether every operand of a dense problem can be described by a tensor map.
@@ -168,6 +170,11 @@ mod tests {
             ..dense
         };
         assert!(!strides_fit(&huge, 1000, 16, 2));
+        let overflow = Strides {
+            batch: i64::MAX / 2 + 8,
+            ..dense
+        };
+        assert!(!strides_fit(&overflow, 1000, 16, 2));
         let mut p = Problem::new(DType::Bf16, 2, 300, 300, 8, 8, 64, 64);
         assert!(problem_fits(&p));
         p.v_strides.row = 0;
