@@ -220,7 +220,7 @@ impl FlashAttention {
     /// The cubin, symbol, threads and shared memory of a spec: from the library, or compiled
     /// by the jit when the library lacks it and jit is on.
     fn find(&self, spec: &KernelSpec) -> Result<(Vec<u8>, String, u32, u32), Error> {
-        if let Some(entry) = self.lib.entry(&spec.stem()) {
+        if let Some(entry) = self.lib.entry_for(spec)? {
             let cubin = self.lib.read_cubin(entry)?;
             return Ok((cubin, entry.symbol.clone(), entry.threads, entry.smem_bytes));
         }
