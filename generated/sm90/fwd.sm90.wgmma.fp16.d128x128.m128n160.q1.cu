@@ -165,11 +165,6 @@ struct Tiles {
 // units of the address field, which never carries: shared addresses are below 256 KB). The
 // base comes from an opaque copy of the address, so the compiler cannot hoist one descriptor
 // per k step and stage out of the loops (it did: 64+ live registers, spilled).
-FA4_DEVICE u32 opaque(u32 x) {
-  u32 y;
-  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
-  return y;
-}
 
 // S = Q K^T for one consumer's 64 rows: kD / 16 k-steps; a k-step is 32 bytes into the
 // 128-byte swizzled rows of one 64-column block.

@@ -41,6 +41,15 @@ FA4_DEVICE u32 block_index_z_fresh() {
   return r;
 }
 
+// An opaque copy of x: expressions of the result cannot be hoisted out of a loop (a value
+// that is cheap to recompute, e.g. a descriptor per k step from a loop-invariant address, is
+// otherwise hoisted by the dozen and spilled).
+FA4_DEVICE u32 opaque(u32 x) {
+  u32 y;
+  asm volatile("mov.b32 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
 FA4_DEVICE float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
