@@ -45,12 +45,5 @@ FA4_DEVICE void fence_regs(float (&acc)[N][4]) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(acc[i][e])::"memory");
 }
-template <int N>
-FA4_DEVICE void fence_regs(u32 (&r)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(r[i][e])::"memory");
-}
 
 }  // namespace fa4
