@@ -5,6 +5,7 @@
 //!
 //! usage: bench_fwd <kernels root> [d,s,causal[,tile_m,tile_n] ...]   (default: the issue-2 set)
 //!        bench_fwd <kernels root> --once d,s,causal  (one launch, for compute-sanitizer)
+//!        bench_fwd <kernels root> --one d,s,causal   (one launch at the benchmark shape, for ncu)
 
 use fa4gen::DType;
 use fa4gen::runtime::{self, FlashAttention, Problem};
@@ -44,7 +45,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = args
         .first()
         .ok_or("usage: bench_fwd <kernels root> [d,s,causal ...]")?;
-    let once = args.get(1).is_some_and(|a| a == "--once");
+    // --once: one small launch (B 1, H 2); --one: one launch at the benchmark's shape.
+    let small = args.get(1).is_some_and(|a| a == "--once");
+    let once = small || args.get(1).is_some_and(|a| a == "--one");
     let rest = if once { &args[2..] } else { &args[1..] };
     let ctx = runtime::context(0)?;
     let t_ctx = t_start.elapsed();
@@ -57,8 +60,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for (i, (d, dv, s, causal, tile)) in shapes(rest).into_iter().enumerate() {
         // B·S = 16k tokens, H·d = 2048 (H 16 for 192/128, as the anchors); --once: B 1, H 2,
         // small enough for compute-sanitizer.
-        let b = if once { 1 } else { (16384 / s).max(1) };
-        let h = if once {
+        let b = if small { 1 } else { (16384 / s).max(1) };
+        let h = if small {
             2
         } else if d == 192 {
             16

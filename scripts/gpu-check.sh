@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles] [capi] [dropin] [dropin-bench] [serving]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles] [capi] [dropin] [dropin-bench] [serving] [profile]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -95,6 +95,15 @@ for l in open(sys.argv[1]):
         r = json.loads(l)
         print(f'| {r["d"]} | {r["causal"]} | {r["kernel"].split(".")[5]} | {r["tflops"]} | {r["kernel"]} |')
 PY
+    ;;
+  profile)
+    # Nsight Compute on one flagship launch per shape ($PROFILE: "d,s,causal" list): the limiter.
+    for args in ${PROFILE:-64,4096,0 128,4096,0}; do
+      ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+          --section Occupancy -k regex:fwd -c 1 .stage/bin/bench_fwd .stage/generated --one "$args" > "$OUT/ncu-$args.txt" 2>&1
+      echo "ncu d,s,causal=$args: rc=$?"
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Registers Per|Achieved Occupancy|Pipe|One or More" "$OUT/ncu-$args.txt" | head -40
+    done
     ;;
   capi)
     nvcc -o "$OUT/capi_test" tests/capi/capi_test.c -Iinclude -L.stage/lib -lfa4gen -Xlinker -rpath=.stage/lib > "$OUT/capi-build.log" 2>&1 \

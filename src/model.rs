@@ -261,13 +261,14 @@ mod tests {
             for arch in Arch::ALL {
                 let all = m.plan(arch);
                 assert_eq!(all, m.plan(arch), "{name}");
-                // The sm90 flagship serves the dense classes (sinks, softcap included), unpacked.
+                // The sm90 flagship serves the unsplit classes (dense, varlen, paged; sinks and
+                // softcap included), unpacked.
                 let (flagship, a): (Vec<_>, Vec<_>) =
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
                 let flagship_dims =
                     m.head_dim.is_multiple_of(16) && m.head_dim_v.is_multiple_of(16);
                 let want = if arch == Arch::Sm90 && flagship_dims {
-                    (m.full_layers as usize + m.sliding_window.is_some() as usize) * 2
+                    (m.full_layers as usize + m.sliding_window.is_some() as usize) * 2 * 4
                 } else {
                     0
                 };

@@ -139,8 +139,9 @@ pub fn select_with(
         },
     };
     let decode = prefer.decode && p.tile_mn.is_none() && rows <= crate::tiles::DECODE_ROWS;
-    // The flagship serves prefill-shaped dense calls whose tensors TMA can describe; it does
-    // not pack GQA, so it takes the class unpacked unless the caller asked for packing.
+    // The flagship serves prefill-shaped calls (dense, varlen, paged) whose tensors TMA can
+    // describe; it does not pack GQA, so it takes the class unpacked unless the caller asked
+    // for packing. With varlen, Sq is the longest sequence.
     // The flagship runs unpacked, so its rows are the queries themselves: Sq = 9 with a group
     // of 8 is decode-shaped for it even though it packs to 72 rows. An empty K (Sk = 0, which
     // reaches a kernel only with sinks or a strided output) has no tensor map.
@@ -166,7 +167,12 @@ pub fn select_with(
                 .filter(|s| s.can_implement().is_ok()),
                 None => unpacked.flagship(),
             };
-            if let Some(s) = s {
+            // Paged K/V: the pages must tile the K block with TMA boxes.
+            let pages_fit = |s: &KernelSpec| {
+                p.paged
+                    .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
+            };
+            if let Some(s) = s.filter(pages_fit) {
                 return Ok(s);
             }
         }

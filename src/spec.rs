@@ -359,10 +359,11 @@ impl KernelSpec {
     /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after
     /// `setmaxnreg`: the consumers take what the producer gives back (FA3's split).
     pub fn wgmma_registers(&self) -> (u32, u32) {
-        if self.tile_m / 64 >= 3 {
-            (24, 160)
-        } else {
-            (24, 240)
+        match (self.tile_m / 64 >= 3, self.feat.paged) {
+            (true, _) => (24, 160),
+            // The paged producer walks the page table a block ahead (its 24 spilled 8-12 bytes).
+            (false, true) => (40, 232),
+            (false, false) => (24, 240),
         }
     }
 
@@ -461,10 +462,8 @@ impl KernelSpec {
         if self.q_stage != 1 {
             return no("has no q_stage 2 (two consumer warpgroups already share each K/V tile)");
         }
-        if self.pack_gqa || self.feat.varlen || self.feat.paged || self.feat.split {
-            return no(
-                "has no packed GQA, varlen, paged KV or split-KV yet (the portable kernel serves them)",
-            );
+        if self.pack_gqa || self.feat.split {
+            return no("has no packed GQA or split-KV (the portable kernel serves them)");
         }
         let g = self.geometry();
         let limit = self.arch.max_dynamic_smem();

@@ -86,7 +86,7 @@ impl SpecClass {
             pack_gqa: false,
             ..self
         };
-        wgmma_candidates(self.d, self.dv, self.mask)
+        wgmma_candidates(self.d, self.dv, self.mask, self.feat.paged)
             .iter()
             .map(|&(m, n)| KernelSpec {
                 imp: Impl::Wgmma,
@@ -118,7 +118,16 @@ impl SpecClass {
 /// - d 256:     128x80 (registers bound it) and 128x64 for local masks
 ///
 /// Local masks take the narrower tile where the window test per element spilled.
-fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
+/// Paged kernels take K/V tiles of 128 (64 at d 256) keys, which the common page sizes (16 to
+/// 128 and multiples of 128) tile with TMA boxes (`runtime::tma::page_fits`).
+fn wgmma_candidates(d: u32, dv: u32, mask: Mask, paged: bool) -> &'static [(u32, u32)] {
+    if paged {
+        return if d.max(dv) <= 192 {
+            &[(128, 128), (128, 64)]
+        } else {
+            &[(128, 64)]
+        };
+    }
     match d.max(dv) {
         0..=64 => &[(128, 128), (128, 64)],
         65..=128 => &[(128, 160), (128, 128), (128, 64)],

@@ -201,9 +201,11 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
     let (mut k, mut v);
     let mut page_table = None;
     match c.k {
+        // Keys past a sequence's end (batch padding, a page's slack, spare pages) are NaN: a
+        // kernel must neither read them into a result nor let 0 * NaN through.
         KLayout::Batched => {
-            k = randn(rng, c.dtype, b * max_sk * hkv * d);
-            v = randn(rng, c.dtype, b * max_sk * hkv * dv);
+            k = vec![f32::NAN; b * max_sk * hkv * d];
+            v = vec![f32::NAN; b * max_sk * hkv * dv];
             for (s, sd) in data.iter().enumerate() {
                 k[s * max_sk * hkv * d..][..sd.k.len()].copy_from_slice(&sd.k);
                 v[s * max_sk * hkv * dv..][..sd.v.len()].copy_from_slice(&sd.v);
@@ -221,11 +223,11 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
         }
         KLayout::Paged(ps) => {
             let pps = max_sk.div_ceil(ps).max(1);
-            let num_pages = b * pps + 3; // spare pages full of noise
+            let num_pages = b * pps + 3; // spare pages
             let mut perm: Vec<usize> = (0..num_pages).collect();
             perm.shuffle(rng);
-            k = randn(rng, c.dtype, num_pages * ps * hkv * d);
-            v = randn(rng, c.dtype, num_pages * ps * hkv * dv);
+            k = vec![f32::NAN; num_pages * ps * hkv * d];
+            v = vec![f32::NAN; num_pages * ps * hkv * dv];
             let mut table = vec![0i32; b * pps];
             for s in 0..b {
                 for pg in 0..pps {
@@ -510,11 +512,11 @@ fn run_all(label: &str, cases: &[Case]) {
         *kernels.entry(name).or_default() += 1;
     }
     println!("{label}: kernels {kernels:?}");
-    if label == "flagship_features" && fa.device().major == 9 {
+    if label.starts_with("flagship") && fa.device().major == 9 {
         assert_eq!(
             kernels.keys().collect::<Vec<_>>(),
             ["wgmma"],
-            "every flagship_features case must select the flagship on sm90"
+            "every {label} case must select the flagship on sm90"
         );
     }
     let mut rng = StdRng::seed_from_u64(seed);
@@ -609,6 +611,63 @@ fn flagship_features() {
         }
     }
     run_all("flagship_features", &cases);
+}
+
+/// The sm90 flagship on ragged batches and pages (#5): every flagship head dim, q packed or
+/// batched, k packed, batched or paged (pages of 8 to 256 keys, shuffled, slack rows NaN),
+/// lengths 0, 1 and up to 1000 with Sq != Sk both ways, the three masks, sinks and softcap,
+/// unpacked GQA. On an sm90 device every case must run on the flagship.
+#[test]
+fn flagship_serving() {
+    let mut rng = StdRng::seed_from_u64(31);
+    let layouts = [
+        (true, KLayout::Packed),
+        (false, KLayout::Batched),
+        (true, KLayout::Batched),
+        (false, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Paged(128)),
+        (true, KLayout::Paged(64)),
+        (false, KLayout::Paged(8)),
+        (true, KLayout::Paged(256)),
+    ];
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (d, dv) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
+        for (q_packed, k) in layouts {
+            let mut seqs = random_seqs(&mut rng, 4, 700, false);
+            seqs.extend(
+                [(0, 50), (1, 1), (200, 0), (129, 1000)][..1 + i % 4]
+                    .iter()
+                    .copied(),
+            );
+            seqs.push((1000, 700 + i % 300));
+            let g = [1, 2, 4][i % 3];
+            let mut c = Case::base(seqs);
+            c.dtype = DType::ALL[i % 2];
+            c.d = d;
+            c.dv = dv;
+            c.heads = 2 * g;
+            c.heads_kv = 2;
+            c.q_packed = q_packed;
+            c.k = k;
+            match i % 3 {
+                0 => c.causal = true,
+                1 => {
+                    c.window = (
+                        Some(rng.random_range(0..300)),
+                        Some(rng.random_range(0..=64)),
+                    )
+                }
+                _ => {}
+            }
+            c.sinks = i % 4 == 1;
+            c.softcap = if i % 5 == 2 { 30.0 } else { 0.0 };
+            cases.push(c);
+            i += 1;
+        }
+    }
+    run_all("flagship_serving", &cases);
 }
 
 /// #5: ragged batches, pages, windows, sinks, softcap and GQA, alone and together.

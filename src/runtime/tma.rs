@@ -37,12 +37,35 @@ pub fn strides_fit(s: &Strides, rows: usize, heads: usize, batch: usize) -> bool
         })
 }
 
-/// Whether every operand of a dense problem can be described by a tensor map.
+/// The (batch, rows) each operand's map spans: packed (varlen) tensors are one batch of all
+/// rows, paged K/V a batch of `num_pages` pages of `page_size` rows.
+fn shapes(p: &Problem) -> [(usize, usize); 2] {
+    let q = match p.varlen.and_then(|v| v.total_q) {
+        Some(t) => (1, t),
+        None => (p.batch, p.seqlen_q),
+    };
+    let kv = match (p.paged, p.varlen.and_then(|v| v.total_k)) {
+        (Some(pg), _) => (pg.num_pages, pg.page_size),
+        (None, Some(t)) => (1, t),
+        (None, None) => (p.batch, p.seqlen_k),
+    };
+    [q, kv]
+}
+
+/// Whether every operand of a problem can be described by a tensor map.
 pub fn problem_fits(p: &Problem) -> bool {
-    strides_fit(&p.q_strides, p.seqlen_q, p.heads, p.batch)
-        && strides_fit(&p.k_strides, p.seqlen_k, p.heads_kv, p.batch)
-        && strides_fit(&p.v_strides, p.seqlen_k, p.heads_kv, p.batch)
-        && strides_fit(&p.o_strides, p.seqlen_q, p.heads, p.batch)
+    let [(qb, qs), (kb, ks)] = shapes(p);
+    strides_fit(&p.q_strides, qs, p.heads, qb)
+        && strides_fit(&p.k_strides, ks, p.heads_kv, kb)
+        && strides_fit(&p.v_strides, ks, p.heads_kv, kb)
+        && strides_fit(&p.o_strides, qs, p.heads, qb)
+}
+
+/// Whether K/V pages of `page_size` keys tile a `tile_n`-key block with boxes: whole pages of
+/// at least 8 rows (one 1024-byte swizzle atom) per block, or whole blocks per page.
+pub fn page_fits(page_size: usize, tile_n: u32) -> bool {
+    let n = tile_n as usize;
+    page_size.is_multiple_of(8) && (n.is_multiple_of(page_size) || page_size.is_multiple_of(n))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -97,7 +120,7 @@ fn encode(
     Ok(map)
 }
 
-/// The four maps of a dense call of `spec` over `p`'s tensors at these addresses.
+/// The four maps of a call of `spec` over `p`'s tensors at these addresses.
 pub fn maps(
     spec: &KernelSpec,
     p: &Problem,
@@ -107,47 +130,34 @@ pub fn maps(
     o: u64,
 ) -> Result<TmaMaps, Error> {
     let dt = p.dtype;
+    let [(qb, qs), (kb, ks)] = shapes(p);
+    // Paged: one box per page of a block, or one block inside a page (`page_fits`).
+    let kv_box = p
+        .paged
+        .map_or(spec.tile_n, |pg| spec.tile_n.min(pg.page_size as u32));
     Ok(TmaMaps {
         q: encode(
             dt,
             q,
             p.head_dim,
-            p.seqlen_q,
+            qs,
             p.heads,
-            p.batch,
+            qb,
             &p.q_strides,
             spec.tile_m,
         )?,
-        k: encode(
-            dt,
-            k,
-            p.head_dim,
-            p.seqlen_k,
-            p.heads_kv,
-            p.batch,
-            &p.k_strides,
-            spec.tile_n,
-        )?,
+        k: encode(dt, k, p.head_dim, ks, p.heads_kv, kb, &p.k_strides, kv_box)?,
         v: encode(
             dt,
             v,
             p.head_dim_v,
-            p.seqlen_k,
+            ks,
             p.heads_kv,
-            p.batch,
+            kb,
             &p.v_strides,
-            spec.tile_n,
+            kv_box,
         )?,
-        o: encode(
-            dt,
-            o,
-            p.head_dim_v,
-            p.seqlen_q,
-            p.heads,
-            p.batch,
-            &p.o_strides,
-            64,
-        )?,
+        o: encode(dt, o, p.head_dim_v, qs, p.heads, qb, &p.o_strides, 64)?,
     })
 }
 
@@ -179,5 +189,26 @@ mod tests {
         assert!(problem_fits(&p));
         p.v_strides.row = 0;
         assert!(!problem_fits(&p));
+    }
+
+    #[test]
+    fn which_pages_tma_can_tile() {
+        // Whole pages of >= 8 rows per block, or whole blocks per page.
+        for (page, tile_n, fits) in [
+            (16, 128, true),
+            (8, 128, true),
+            (64, 128, true),
+            (128, 128, true),
+            (256, 128, true),
+            (1, 128, false),
+            (48, 128, false),
+            (96, 128, false),
+            (128, 80, false),
+            (16, 80, true),
+            (40, 80, true),
+            (160, 80, true),
+        ] {
+            assert_eq!(page_fits(page, tile_n), fits, "page {page} tile_n {tile_n}");
+        }
     }
 }

@@ -18,7 +18,10 @@
 //       consumers taking turns to issue their GEMMs (ping-pong on named barriers) so one's
 //       softmax overlaps the other's GEMMs; then the epilogue: O / l to 16-bit into the Q
 //       tile's shared memory (128-byte swizzle) and one TMA store per consumer.
-// Features: sink=false softcap=false (varlen, paged and split-KV calls go to the portable kernel).
+// Features: sink=false softcap=false varlen=false paged=false
+// (split-KV and packed-GQA calls go to the portable kernel). Varlen: Q/O rows at cu_seqlens_q
+// offsets (one map over all rows), K/V at cu_seqlens_k offsets, seqused_q/k lengths. Paged:
+// K/V boxes of min(page_size, 112) rows, one per page through the page table.
 // Grid: persistent, one CTA per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(Sq / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
 // Heads share a KV head in groups of H / Hkv (unpacked GQA). O is staged in its own rows.
@@ -27,6 +30,7 @@
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mbarrier.cuh"
 #include "fa4gen/online_softmax.cuh"
+#include "fa4gen/seqlens.cuh"
 #include "fa4gen/softcap.cuh"
 #include "fa4gen/tma.cuh"
 #include "fa4gen/warpgroup.cuh"
@@ -43,7 +47,12 @@ constexpr int kTileM = 128, kTileN = 112;
 constexpr MaskKind kMask = MaskKind::Causal;
 constexpr bool kWriteLse = false;
 constexpr bool kSink = false, kSoftcap = false;  // serving features of dense prefill
+constexpr bool kVarlen = false, kPaged = false;  // per-sequence lengths / pages
 constexpr bool kPersistent = true;  // one CTA per SM walking the tiles (else one tile per CTA)
+// K/V rows past a sequence's end are another sequence's, a page's slack or padding: not zero,
+// maybe not even finite. Masked scores ignore K's; V's tail rows are zeroed in shared memory
+// before P V (0 * NaN would poison O). Dense K/V is zero-filled by TMA at the tensor's end.
+constexpr bool kZeroVTail = kVarlen || kPaged;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -52,6 +61,7 @@ constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr bool kPingPong = kConsumers > 1;  // consumers take turns at the tensor cores
 constexpr int kSchedBar = 4;                          // named barriers 4.. (1..3: epilogue)
+constexpr int kTailBar = kSchedBar + kConsumers;      // all consumers: V's tail zeroed
 // 128-byte (64-element) column blocks. TMA zero-fills the columns past d (and dv), so a head
 // dim that is not a multiple of 64 costs only the padding's MMA work: Q K^T stops at kD,
 // O is computed kDvPad wide and the TMA store drops the columns past dv.
@@ -75,11 +85,12 @@ static_assert(kD % 16 == 0 && kDvPad == 128 && kTileN % 16 == 0, "tiles the wgmm
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register pool overcommitted");
 static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
 
-// The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch).
+// The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
+// packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages.
 struct TmaMaps {
   TensorMap q;  // box (64, kTileM): the Q tile, one 64-column block per load
-  TensorMap k;  // box (64, kTileN)
-  TensorMap v;  // box (64, kTileN)
+  TensorMap k;  // box (64, kTileN), paged: (64, min(page_size, kTileN))
+  TensorMap v;  // as k
   TensorMap o;  // box (64, 64): one consumer's rows
 };
 
@@ -123,6 +134,13 @@ struct Barriers {
 // One work tile: a (kTileM-row Q block, head, batch) and the K blocks it visits.
 struct Tile {
   int m0, m1, head, head_kv, batch, n_hi, n_blocks;
+  int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
+  int q_row, q_batch;      // TMA coordinates of query m0 (packed q: among all rows, batch 0)
+  int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
+  FA4_DEVICE bool valid() const { return m0 < seqlen_q; }  // a shorter sequence has fewer Q blocks
+  FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
+    return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
+  }
 };
 
 // The persistent schedule, static: in round j the grid's CTAs take tiles j * grid .. j * grid
@@ -153,8 +171,16 @@ struct Tiles {
     w.batch = hb / p.heads;
     w.head_kv = w.head / p.group;
     w.m0 = m_block * kTileM;
-    w.m1 = min(w.m0 + kTileM, p.seqlen_q);
-    const BottomRightMask<kMask> mask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right};
+    const SeqInfo<kVarlen, kPaged> seq(p, w.batch);
+    w.seqlen_q = seq.seqlen_q;
+    w.seqlen_k = seq.seqlen_k;
+    w.q_row = (seq.q_packed ? seq.q_row0 : 0) + w.m0;
+    w.q_batch = seq.q_packed ? 0 : w.batch;
+    const bool k_packed = kVarlen && !kPaged && p.cu_seqlens_k != nullptr;
+    w.k_row = k_packed ? p.cu_seqlens_k[w.batch] : 0;
+    w.k_batch = k_packed ? 0 : w.batch;
+    w.m1 = min(w.m0 + kTileM, w.seqlen_q);
+    const BottomRightMask<kMask> mask = w.mask(p);
     w.n_hi = mask.block_hi(w.m1, kTileN);
     w.n_blocks = max(w.n_hi - mask.block_lo(w.m0, kTileN), 0);  // visited last to first
     return w;
@@ -223,6 +249,34 @@ FA4_DEVICE void mask_block(float (&s)[kNT][4], const BottomRightMask<kMask>& mas
   }
 }
 
+// Zero rows [valid, kTileN) of a V stage (all its 64-column blocks), 16 bytes per step, the
+// consumers' threads (index `tc`) sharing the work. Rows are whole 128-byte lines in the
+// swizzled layout, so unit u of the stage is byte 16u whatever the swizzle.
+FA4_DEVICE void zero_rows(u32 stage, int valid, int tc) {
+  for (int u = tc; u < kTileN * 8 * kDvChunks; u += 128 * kConsumers)
+    if ((u / 8) % kTileN >= valid)
+      asm volatile("st.shared.v4.u32 [%0], { %1, %1, %1, %1 };" ::"r"(stage + 16u * u), "r"(0u) : "memory");
+}
+
+// Store `rows` rows of one consumer's staged O (swizzled, 64 rows per column block) to global
+// memory with 16-byte stores, the consumer's 128 threads (index `tc`) sharing them: the
+// epilogue of a varlen tile whose sequence ends inside these rows (TMA would store all 64).
+FA4_DEVICE void store_rows(const FwdParams& p, const Tile& w, u32 staged, int rows, int row0, int tc) {
+  const SeqInfo<kVarlen, kPaged> seq(p, w.batch);
+  u16* out = p.o + seq.q_offset(w.batch, p.o_batch_stride, p.o_row_stride) + (i64)w.head * p.o_head_stride;
+  for (int u = tc; u < 64 * 8 * kDvChunks; u += 128) {
+    const int r = (u / 8) % 64, c = u / (8 * 64), col = c * 64 + (u % 8) * 8;
+    if (r < rows && col < kDv) {
+      u32 x0, x1, x2, x3;
+      asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];"
+                   : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
+                   : "r"(staged + c * kQChunk + sw128_offset(r, (u % 8) * 8)));
+      u16* dst = out + (i64)(w.m0 + row0 + r) * p.o_row_stride + col;
+      asm volatile("st.global.v4.u32 [%0], { %1, %2, %3, %4 };" ::"l"(dst), "r"(x0), "r"(x1), "r"(x2), "r"(x3) : "memory");
+    }
+  }
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -232,7 +286,6 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n112_q1_causal(const __grid_constant__ F
   const u32 sQ = base + kSmemQ, sK = base + kSmemK, sV = base + kSmemV, sO = base + kSmemO;
   const Barriers bar{base + kSmemBar};
   const int tid = threadIdx.x, wg = tid / 128;
-  const Tiles tiles(p);
 
   if (tid == 0) {
     mbar_init(bar.q(), 1);
@@ -251,43 +304,88 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n112_q1_causal(const __grid_constant__ F
   if (wg == 0) {
     // ================= producer =================
     setmaxnreg_dec<kProducerRegs>();
-    if (tid == 0) {
-      tma_prefetch_map(&maps.q);
-      tma_prefetch_map(&maps.k);
-      tma_prefetch_map(&maps.v);
+    const Tiles tiles(p);  // per role, after setmaxnreg: values live across it were spilled
+    // One thread issues every TMA; with pages, its whole warp reads the page table (lane l the
+    // l-th page of a K block, one block ahead) and hands entries over by shuffles.
+    constexpr int kProducerLanes = kPaged ? 32 : 1;
+    if (tid < kProducerLanes) {
+      const int lane = tid;
+      const bool issuer = lane == 0;
+      if (issuer) {
+        tma_prefetch_map(&maps.q);
+        tma_prefetch_map(&maps.k);
+        tma_prefetch_map(&maps.v);
+      }
+      // Paged: a K block of kTileN keys is kBoxes boxes of kBoxRows rows, each in its own page
+      // (pages shorter than the block), or one box inside a page (pages of kTileN or more).
+      const int box_rows = kPaged ? min(p.page_size, kTileN) : kTileN;
+      // This lane's page entry of the block starting at key n0 (-1: none).
+      auto page_entry = [&](int n0, const Tile& w) -> int {
+        if constexpr (!kPaged) return -1;
+        const int first = n0 / p.page_size, pages = (w.seqlen_k + p.page_size - 1) / p.page_size;
+        const int* row = p.page_table + (i64)w.batch * p.page_table_batch_stride;
+        return lane < kTileN / box_rows && first + lane < pages ? row[first + lane] : -1;
+      };
+      // Load one K or V block (`chunks` 64-column blocks) into `dst`, completing on `full`.
+      auto load_block = [&](u32 dst, const TensorMap* map, u32 full, int chunks, int n0, int entry, const Tile& w) {
+        if constexpr (kPaged) {
+          // Boxes holding keys of the sequence; the rest of the block is left as it was (its
+          // scores are masked and V's tail is zeroed by the consumers).
+          const int pages = (w.seqlen_k + p.page_size - 1) / p.page_size;
+          const int boxes = min(kTileN / box_rows, pages - n0 / p.page_size);
+          const int row0 = n0 % p.page_size;  // 0 unless pages hold several blocks
+          if (issuer) mbar_arrive_expect_tx(full, (u32)(boxes * box_rows * 128 * chunks));
+          for (int b = 0; b < boxes; ++b) {
+            const int page = __shfl_sync(0xffffffffu, entry, b);
+            if (issuer)
+              for (int c = 0; c < chunks; ++c)
+                tma_load_4d(dst + c * kKVChunk + b * box_rows * 128, map, full, 64 * c, row0, w.head_kv, page);
+          }
+        } else {
+          mbar_arrive_expect_tx(full, (u32)(kKVChunk * chunks));
+#pragma unroll
+          for (int c = 0; c < chunks; ++c)
+            tma_load_4d(dst + c * kKVChunk, map, full, 64 * c, w.k_row + n0, w.head_kv, w.k_batch);
+        }
+      };
       // K and V have their own release barriers: a K stage is free once Q K^T has read it, a
       // V stage once P V has, an iteration later. K block it + 1 is issued before V block it so
       // each K load gets that iteration of lead.
-      auto load_k = [&](int it, int n0, const Tile& w) {
+      auto load_k = [&](int it, int n0, int entry, const Tile& w) {
         const int s = it % kStages;
         if (it >= kStages) mbar_wait(bar.empty_k(s), ((it / kStages) - 1) & 1);
-        mbar_arrive_expect_tx(bar.full_k(s), kKStage);
-#pragma unroll
-        for (int c = 0; c < kDChunks; ++c)
-          tma_load_4d(sK + s * kKStage + c * kKVChunk, &maps.k, bar.full_k(s), 64 * c, n0, w.head_kv, w.batch);
+        load_block(sK + s * kKStage, &maps.k, bar.full_k(s), kDChunks, n0, entry, w);
       };
-      auto load_v = [&](int it, int n0, const Tile& w) {
+      auto load_v = [&](int it, int n0, int entry, const Tile& w) {
         const int s = it % kStages;
         if (it >= kStages) mbar_wait(bar.empty_v(s), ((it / kStages) - 1) & 1);
-        mbar_arrive_expect_tx(bar.full_v(s), kVStage);
-#pragma unroll
-        for (int c = 0; c < kDvChunks; ++c)
-          tma_load_4d(sV + s * kVStage + c * kKVChunk, &maps.v, bar.full_v(s), 64 * c, n0, w.head_kv, w.batch);
+        load_block(sV + s * kVStage, &maps.v, bar.full_v(s), kDvChunks, n0, entry, w);
       };
       int it = 0;  // K/V blocks loaded so far, across tiles: the ring position
-      for (int j = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++j)) {
+      int j = 0;   // tiles loaded so far: the Q barrier's phase
+      for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);  // (non-persistent: one iteration)
+        if (kVarlen && !w.valid()) continue;
         // The Q buffer is free once the consumers are done with the previous tile's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
         if (j > 0) mbar_wait(bar.q_empty(), (j - 1) & 1);
-        mbar_arrive_expect_tx(bar.q(), kQChunk * kDChunks);
+        if (issuer) {
+          mbar_arrive_expect_tx(bar.q(), kQChunk * kDChunks);
 #pragma unroll
-        for (int c = 0; c < kDChunks; ++c) tma_load_4d(sQ + c * kQChunk, &maps.q, bar.q(), 64 * c, w.m0, w.head, w.batch);
-        for (int i = 0; i < w.n_blocks; ++i, ++it) {
-          load_k(it, (w.n_hi - 1 - i) * kTileN, w);
-          if (i > 0) load_v(it - 1, (w.n_hi - i) * kTileN, w);
+          for (int c = 0; c < kDChunks; ++c) tma_load_4d(sQ + c * kQChunk, &maps.q, bar.q(), 64 * c, w.q_row, w.head, w.q_batch);
         }
-        if (w.n_blocks > 0) load_v(it - 1, (w.n_hi - w.n_blocks) * kTileN, w);
+        // Blocks are visited last to first; n(i) is the i-th visited block's first key.
+        auto n_of = [&](int i) { return (w.n_hi - 1 - i) * kTileN; };
+        int entry_prev = -1, entry = w.n_blocks > 0 ? page_entry(n_of(0), w) : -1;
+        for (int i = 0; i < w.n_blocks; ++i, ++it) {
+          const int entry_next = i + 1 < w.n_blocks ? page_entry(n_of(i + 1), w) : -1;  // a block ahead
+          load_k(it, n_of(i), entry, w);
+          if (i > 0) load_v(it - 1, n_of(i - 1), entry_prev, w);
+          entry_prev = entry;
+          entry = entry_next;
+        }
+        if (w.n_blocks > 0) load_v(it - 1, n_of(w.n_blocks - 1), entry_prev, w);
+        ++j;
       }
     }
     return;
@@ -295,6 +393,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n112_q1_causal(const __grid_constant__ F
 
   // ================= consumers =================
   setmaxnreg_inc<kConsumerRegs>();
+  const Tiles tiles(p);
   const int cons = wg - 1, warp = (tid / 32) % 4, lane = tid % 32, t = lane % 4;
   const int row = cons * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile (+8 the second)
   const u32 sQc = sQ + cons * 64 * 128;              // this consumer's rows in each column block
@@ -320,9 +419,11 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n112_q1_causal(const __grid_constant__ F
   // One tile: `j` counts this CTA's tiles (the Q barrier's phase), `it` the K/V blocks consumed
   // so far (the ring position). A non-persistent CTA calls it once with constants, so nothing
   // is carried across a loop.
-  auto consume = [&](int tile, int j, int& it) {
+  // Returns whether the tile had rows (varlen: a shorter sequence's tail Q blocks are empty).
+  auto consume = [&](int tile, int j, int& it) -> bool {
     const Tile w = tiles.at(tile, p);
-    const BottomRightMask<kMask> mask{p.seqlen_k, p.seqlen_k - p.seqlen_q, p.window_left, p.window_right};
+    if (kVarlen && !w.valid()) return false;
+    const BottomRightMask<kMask> mask = w.mask(p);
     auto boundary = [&](int n0) { return mask.block_is_partial(w.m0, w.m1, n0, kTileN); };
 
     float o[kOT][4];
@@ -362,6 +463,18 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n112_q1_causal(const __grid_constant__ F
       if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
       softmax.update(s, scale_log2, corr);
       pack_p(pa, s[0]);
+      if constexpr (kZeroVTail) {
+        // The first visited block holds the sequence's last key: zero V's rows past it before
+        // any P V reads them. Between the consumers' turns, so all of them get here.
+        const int valid = w.seqlen_k - (w.n_hi - 1) * kTileN;
+        if (valid < kTileN) {
+          const int st = it % kStages;
+          mbar_wait(bar.full_v(st), (it / kStages) & 1);
+          zero_rows(sV + st * kVStage, valid, cons * 128 + (tid % 128));
+          fence_proxy_async_smem();  // before the tensor cores (async proxy) read the zeros
+          named_barrier_sync(kTailBar, 128 * kConsumers);
+        }
+      }
       for (int i = 1; i < w.n_blocks; ++i) {
         const int prev = it % kStages;
         ++it;
@@ -410,7 +523,10 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n112_q1_causal(const __grid_constant__ F
     // ---- epilogue: normalise, stage O (swizzled) in shared memory, TMA store ----
     // A sink (per head, natural-log units) joins each row's denominator and LSE.
     softmax.template finalize<kSink>(scale_log2, [&](int, int) { return p.sinks[w.head] * kLog2e; });
-    // The previous tile's store has finished reading the staging rows (its issuer waited).
+    // The previous tile's store has finished reading the staging rows. With O staged apart its
+    // issuer waits only now, so the store overlaps this tile's main loop; in the Q rows it
+    // waited before releasing them.
+    if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
     named_barrier_sync(1 + cons, 128);
     // The staging addresses depend only on the thread: derived from a fresh thread index here,
     // or the compiler hoists all 2 * kOT of them out of the tile loop and spills them.
@@ -426,28 +542,39 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n112_q1_causal(const __grid_constant__ F
         const u32 v = Elem::pack2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
       }
-      if (kWriteLse && t == 0 && w.m0 + r < p.seqlen_q)
-        p.lse[w.batch * p.lse_batch_stride + w.head * p.lse_head_stride + w.m0 + r] = softmax.lse(0, h);
+      if (kWriteLse && t == 0 && w.m0 + r < w.seqlen_q) {
+        // (B, H, Sq), or (H, total_q) for packed q: q_row is then the row among all.
+        const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.m0 : (i64)w.batch * p.lse_batch_stride;
+        p.lse[row0 + w.head * p.lse_head_stride + w.m0 + r] = softmax.lse(0, h);
+      }
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + cons, 128);
-    if (warp == 0 && lane == 0) {
+    // This consumer's 64 rows: TMA stores them (clipped at the tensor's end), unless a varlen
+    // tile ends inside them (the rows after would be the next sequence's or padding).
+    const int rows = min(w.seqlen_q - (w.m0 + cons * 64), 64);
+    if (kVarlen && rows < 64) {
+      if (rows > 0) store_rows(p, w, sOc, rows, cons * 64, (int)(thread_index_fresh() % 128));
+    } else if (warp == 0 && lane == 0) {
 #pragma unroll
       for (int c = 0; c < kDvChunks; ++c)
-        tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.m0 + cons * 64, w.head, w.batch);
+        tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.q_row + cons * 64, w.head, w.q_batch);
       tma_store_commit();
-      tma_store_wait_read();
+      if constexpr (!kSeparateO) tma_store_wait_read();
     }
     if constexpr (!kSeparateO) {
       // O was staged in the Q rows: they are free once the store has read them.
       named_barrier_sync(1 + cons, 128);
       warp_arrive(bar.q_empty());
     }
+    return true;
   };
   int it = 0;
   if constexpr (kPersistent) {
-    for (int j = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++j)) consume(tile, j, it);
+    for (int r = 0, j = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) j += consume(tile, j, it);
   } else {
     consume(blockIdx.x, 0, it);
   }
+  // Shared memory must outlive the last store's reads of it.
+  if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
 }
