@@ -192,8 +192,14 @@ impl ModelAttention {
                             out.extend(class.portable());
                             // Decode steps and small chunks select the decode tile.
                             out.extend(class.decode());
-                            // Prefill of dense layers: the sm90 flagship.
-                            out.extend(class.flagship());
+                            // Prefill: the sm90 flagship; with pages, its tiles for the
+                            // common page sizes (whole 128-key pages, and 16).
+                            if paged {
+                                out.extend(class.flagship_for_pages(128));
+                                out.extend(class.flagship_for_pages(16));
+                            } else {
+                                out.extend(class.flagship());
+                            }
                         }
                     }
                 }
@@ -267,12 +273,30 @@ mod tests {
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
                 let flagship_dims =
                     m.head_dim.is_multiple_of(16) && m.head_dim_v.is_multiple_of(16);
-                let want = if arch == Arch::Sm90 && flagship_dims {
-                    (m.full_layers as usize + m.sliding_window.is_some() as usize) * 2 * 4
+                // Per mask and LSE: dense, varlen, and for each paged class one or two tiles
+                // (whole 128-key pages and pages of 16 may want different ones).
+                let per = m.full_layers as usize + m.sliding_window.is_some() as usize;
+                if arch == Arch::Sm90 && flagship_dims {
+                    let (paged, unpaged): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
+                        flagship.iter().partition(|s| s.feat.paged);
+                    assert_eq!(unpaged.len(), per * 2 * 2, "{name} {arch}");
+                    assert!(
+                        (per * 2 * 2..=per * 2 * 4).contains(&paged.len()),
+                        "{name} {arch}: {}",
+                        paged.len()
+                    );
+                    assert!(
+                        paged
+                            .iter()
+                            .any(|s| crate::runtime::tma::pages_hold_blocks(128, s.tile_n)),
+                        "{name}: a tile whose blocks lie in 128-key pages"
+                    );
+                    for s in paged {
+                        assert!(crate::runtime::tma::page_fits(16, s.tile_n), "{}", s.stem());
+                    }
                 } else {
-                    0
-                };
-                assert_eq!(flagship.len(), want, "{name} {arch}");
+                    assert!(flagship.is_empty(), "{name} {arch}");
+                }
                 let masks = m.full_layers as usize + m.sliding_window.is_some() as usize;
                 // Each class on the main tile table at every q_stage, and on the decode tile
                 // where that differs (d 256 uses 64x64 for both).

@@ -164,15 +164,17 @@ pub fn select_with(
                     imp: crate::spec::Impl::Wgmma,
                     ..unpacked.on_tile(m, n)
                 })
-                .filter(|s| s.can_implement().is_ok()),
-                None => unpacked.flagship(),
+                .filter(|s| {
+                    s.can_implement().is_ok()
+                        && p.paged
+                            .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
+                }),
+                None => match p.paged {
+                    Some(pg) => unpacked.flagship_for_pages(pg.page_size),
+                    None => unpacked.flagship(),
+                },
             };
-            // Paged K/V: the pages must tile the K block with TMA boxes.
-            let pages_fit = |s: &KernelSpec| {
-                p.paged
-                    .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
-            };
-            if let Some(s) = s.filter(pages_fit) {
+            if let Some(s) = s {
                 return Ok(s);
             }
         }

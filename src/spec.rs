@@ -359,11 +359,10 @@ impl KernelSpec {
     /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after
     /// `setmaxnreg`: the consumers take what the producer gives back (FA3's split).
     pub fn wgmma_registers(&self) -> (u32, u32) {
-        match (self.tile_m / 64 >= 3, self.feat.paged) {
-            (true, _) => (24, 160),
-            // The paged producer walks the page table a block ahead (its 24 spilled 8-12 bytes).
-            (false, true) => (40, 232),
-            (false, false) => (24, 240),
+        if self.tile_m / 64 >= 3 {
+            (24, 160)
+        } else {
+            (24, 240)
         }
     }
 

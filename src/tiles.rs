@@ -79,20 +79,44 @@ impl SpecClass {
     /// unpacked (the flagship does not pack GQA; selection sends explicit packing requests to
     /// the portable kernel); `None` sends the class to the portable kernel.
     pub fn flagship(self) -> Option<KernelSpec> {
-        if self.arch != Arch::Sm90 {
-            return None;
-        }
+        self.flagship_tiles().next()
+    }
+
+    /// The flagship for paged K/V of `page_size` keys, whose blocks TMA loads as boxes of
+    /// gcd(page_size, tile_n) rows, one per page. Each box costs: on the H200 (d 128, B 8,
+    /// Sq 1k, Sk 4k, H 32/8, causal; contiguous 128x160 0.753 ms, 128x128 0.838 ms) page 128
+    /// on 128x128 (one box per 64 columns) ran 0.834 ms, on 128x160 (boxes of 32 rows)
+    /// 0.895 ms; page 16 1.06 ms on 128x128, 1.02 ms on 128x160. So a tile whose blocks lie
+    /// inside a page comes first, else the table's first tile the pages fit; `None` (pages not
+    /// a multiple of 8 keys) leaves the call to the portable kernel.
+    pub fn flagship_for_pages(self, page_size: usize) -> Option<KernelSpec> {
+        use crate::runtime::tma::{page_fits, pages_hold_blocks};
+        self.flagship_tiles()
+            .find(|s| pages_hold_blocks(page_size, s.tile_n))
+            .or_else(|| {
+                self.flagship_tiles()
+                    .find(|s| page_fits(page_size, s.tile_n))
+            })
+    }
+
+    /// The flagship's implementable specs for this class, best first.
+    fn flagship_tiles(self) -> impl Iterator<Item = KernelSpec> {
         let unpacked = SpecClass {
             pack_gqa: false,
             ..self
         };
-        wgmma_candidates(self.d, self.dv, self.mask, self.feat.paged)
+        let table = if self.arch == Arch::Sm90 {
+            wgmma_candidates(self.d, self.dv, self.mask)
+        } else {
+            &[]
+        };
+        table
             .iter()
-            .map(|&(m, n)| KernelSpec {
+            .map(move |&(m, n)| KernelSpec {
                 imp: Impl::Wgmma,
                 ..unpacked.on_tile(m, n)
             })
-            .find(|s| s.can_implement().is_ok())
+            .filter(|s| s.can_implement().is_ok())
     }
 
     /// The spec on the decode tile table (see `decode_candidates`), for problems of at most
@@ -118,16 +142,8 @@ impl SpecClass {
 /// - d 256:     128x80 (registers bound it) and 128x64 for local masks
 ///
 /// Local masks take the narrower tile where the window test per element spilled.
-/// Paged kernels take K/V tiles of 128 (64 at d 256) keys, which the common page sizes (16 to
-/// 128 and multiples of 128) tile with TMA boxes (`runtime::tma::page_fits`).
-fn wgmma_candidates(d: u32, dv: u32, mask: Mask, paged: bool) -> &'static [(u32, u32)] {
-    if paged {
-        return if d.max(dv) <= 192 {
-            &[(128, 128), (128, 64)]
-        } else {
-            &[(128, 64)]
-        };
-    }
+/// Paged kernels pick among the same tiles by page size (`SpecClass::flagship_for_pages`).
+fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
     match d.max(dv) {
         0..=64 => &[(128, 128), (128, 64)],
         65..=128 => &[(128, 160), (128, 128), (128, 64)],

@@ -614,7 +614,7 @@ fn flagship_features() {
 }
 
 /// The sm90 flagship on ragged batches and pages (#5): every flagship head dim, q packed or
-/// batched, k packed, batched or paged (pages of 8 to 256 keys, shuffled, slack rows NaN),
+/// batched, k packed, batched or paged (pages of 8 to 256 keys incl. 48, shuffled, slack rows NaN),
 /// lengths 0, 1 and up to 1000 with Sq != Sk both ways, the three masks, sinks and softcap,
 /// unpacked GQA. On an sm90 device every case must run on the flagship.
 #[test]
@@ -630,6 +630,7 @@ fn flagship_serving() {
         (true, KLayout::Paged(64)),
         (false, KLayout::Paged(8)),
         (true, KLayout::Paged(256)),
+        (false, KLayout::Paged(48)),
     ];
     let mut cases = Vec::new();
     let mut i = 0usize;

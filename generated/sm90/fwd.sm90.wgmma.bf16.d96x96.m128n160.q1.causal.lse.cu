@@ -7,7 +7,8 @@
 // Warp roles (384 threads):
 //   warpgroup 0, producer (24 registers after setmaxnreg): one elected thread issues the TMA
 //       loads: the Q tile once, then per K block its K tile and its V tile, each on its own
-//       "full" barrier, into stage i % 2 once the consumers released it ("empty" barrier).
+//       "full" barrier, into stage i % 2 once the consumers released it ("empty" barrier);
+//       paged: its warp's lanes issue a block's boxes, one page each.
 //   warpgroups 1..2, consumers (240 registers): consumer c owns Q rows 64c..64c+63 of the
 //       128-row tile and runs, per K block (last block first, so the masked ones come first):
 //         S = Q K^T           wgmma m64n160k16, Q and K from shared memory
@@ -21,7 +22,8 @@
 // Features: sink=false softcap=false varlen=false paged=false
 // (split-KV and packed-GQA calls go to the portable kernel). Varlen: Q/O rows at cu_seqlens_q
 // offsets (one map over all rows), K/V at cu_seqlens_k offsets, seqused_q/k lengths. Paged:
-// K/V boxes of min(page_size, 160) rows, one per page through the page table.
+// K/V blocks as TMA boxes of gcd(page_size, 160) rows, each from its page (page sizes
+// that are multiples of 8).
 // Grid: persistent, one CTA per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(Sq / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
 // Heads share a KV head in groups of H / Hkv (unpacked GQA). O is staged in its own rows.
@@ -305,8 +307,10 @@ fa4gen_fwd_sm90_wgmma_bf16_d96x96_m128n160_q1_causal_lse(const __grid_constant__
     // ================= producer =================
     setmaxnreg_dec<kProducerRegs>();
     const Tiles tiles(p);  // per role, after setmaxnreg: values live across it were spilled
-    // One thread issues every TMA; with pages, its whole warp reads the page table (lane l the
-    // l-th page of a K block, one block ahead) and hands entries over by shuffles.
+    // One thread issues every TMA; with pages, the whole warp does: lane b loads the b-th box
+    // of a K/V block from its page (a box per page at most: many small boxes cost, 26-36% at
+    // page 16 on the H200, but copying pages with cp.async instead, 16 bytes a request, ran
+    // at half speed: prefill re-reads K/V from L2 at several TB/s).
     constexpr int kProducerLanes = kPaged ? 32 : 1;
     if (tid < kProducerLanes) {
       const int lane = tid;
@@ -316,31 +320,40 @@ fa4gen_fwd_sm90_wgmma_bf16_d96x96_m128n160_q1_causal_lse(const __grid_constant__
         tma_prefetch_map(&maps.k);
         tma_prefetch_map(&maps.v);
       }
-      // Paged: a K block of kTileN keys is kBoxes boxes of kBoxRows rows, each in its own page
-      // (pages shorter than the block), or one box inside a page (pages of kTileN or more).
-      const int box_rows = kPaged ? min(p.page_size, kTileN) : kTileN;
-      // This lane's page entry of the block starting at key n0 (-1: none).
-      auto page_entry = [&](int n0, const Tile& w) -> int {
-        if constexpr (!kPaged) return -1;
-        const int first = n0 / p.page_size, pages = (w.seqlen_k + p.page_size - 1) / p.page_size;
-        const int* row = p.page_table + (i64)w.batch * p.page_table_batch_stride;
-        return lane < kTileN / box_rows && first + lane < pages ? row[first + lane] : -1;
+      // Paged: a block of kTileN keys is boxes of gcd(page_size, kTileN) rows (a multiple of
+      // 8: whole 1024-byte swizzle atoms), each inside one page; the host's maps use the same.
+      int box_rows = kTileN;
+      if constexpr (kPaged) {
+        int a = p.page_size, b = kTileN;  // Euclid
+        while (b != 0) {
+          const int t = a % b;
+          a = b;
+          b = t;
+        }
+        box_rows = a;
+      }
+      // Where this lane's box of the block starting at key n0 lives: (page, row in page), or
+      // page -1 past the sequence's keys.
+      struct BoxSrc {
+        int page, row;
+      };
+      auto box_src = [&](int n0, const Tile& w) -> BoxSrc {
+        if constexpr (!kPaged) return {-1, 0};
+        const int key = n0 + lane * box_rows;
+        if (lane * box_rows >= kTileN || key >= w.seqlen_k) return {-1, 0};
+        const int* table = p.page_table + (i64)w.batch * p.page_table_batch_stride;
+        return {table[key / p.page_size], key % p.page_size};
       };
       // Load one K or V block (`chunks` 64-column blocks) into `dst`, completing on `full`.
-      auto load_block = [&](u32 dst, const TensorMap* map, u32 full, int chunks, int n0, int entry, const Tile& w) {
+      auto load_block = [&](u32 dst, const TensorMap* map, u32 full, int chunks, int n0, BoxSrc src, const Tile& w) {
         if constexpr (kPaged) {
-          // Boxes holding keys of the sequence; the rest of the block is left as it was (its
+          // Boxes holding keys of the sequence; the rest of the block keeps what it held (its
           // scores are masked and V's tail is zeroed by the consumers).
-          const int pages = (w.seqlen_k + p.page_size - 1) / p.page_size;
-          const int boxes = min(kTileN / box_rows, pages - n0 / p.page_size);
-          const int row0 = n0 % p.page_size;  // 0 unless pages hold several blocks
+          const int boxes = min(kTileN / box_rows, (w.seqlen_k - n0 + box_rows - 1) / box_rows);
           if (issuer) mbar_arrive_expect_tx(full, (u32)(boxes * box_rows * 128 * chunks));
-          for (int b = 0; b < boxes; ++b) {
-            const int page = __shfl_sync(0xffffffffu, entry, b);
-            if (issuer)
-              for (int c = 0; c < chunks; ++c)
-                tma_load_4d(dst + c * kKVChunk + b * box_rows * 128, map, full, 64 * c, row0, w.head_kv, page);
-          }
+          if (src.page >= 0)
+            for (int c = 0; c < chunks; ++c)
+              tma_load_4d(dst + c * kKVChunk + lane * box_rows * 128, map, full, 64 * c, src.row, w.head_kv, src.page);
         } else {
           mbar_arrive_expect_tx(full, (u32)(kKVChunk * chunks));
 #pragma unroll
@@ -351,15 +364,15 @@ fa4gen_fwd_sm90_wgmma_bf16_d96x96_m128n160_q1_causal_lse(const __grid_constant__
       // K and V have their own release barriers: a K stage is free once Q K^T has read it, a
       // V stage once P V has, an iteration later. K block it + 1 is issued before V block it so
       // each K load gets that iteration of lead.
-      auto load_k = [&](int it, int n0, int entry, const Tile& w) {
+      auto load_k = [&](int it, int n0, BoxSrc src, const Tile& w) {
         const int s = it % kStages;
         if (it >= kStages) mbar_wait(bar.empty_k(s), ((it / kStages) - 1) & 1);
-        load_block(sK + s * kKStage, &maps.k, bar.full_k(s), kDChunks, n0, entry, w);
+        load_block(sK + s * kKStage, &maps.k, bar.full_k(s), kDChunks, n0, src, w);
       };
-      auto load_v = [&](int it, int n0, int entry, const Tile& w) {
+      auto load_v = [&](int it, int n0, BoxSrc src, const Tile& w) {
         const int s = it % kStages;
         if (it >= kStages) mbar_wait(bar.empty_v(s), ((it / kStages) - 1) & 1);
-        load_block(sV + s * kVStage, &maps.v, bar.full_v(s), kDvChunks, n0, entry, w);
+        load_block(sV + s * kVStage, &maps.v, bar.full_v(s), kDvChunks, n0, src, w);
       };
       int it = 0;  // K/V blocks loaded so far, across tiles: the ring position
       int j = 0;   // tiles loaded so far: the Q barrier's phase
@@ -376,15 +389,15 @@ fa4gen_fwd_sm90_wgmma_bf16_d96x96_m128n160_q1_causal_lse(const __grid_constant__
         }
         // Blocks are visited last to first; n(i) is the i-th visited block's first key.
         auto n_of = [&](int i) { return (w.n_hi - 1 - i) * kTileN; };
-        int entry_prev = -1, entry = w.n_blocks > 0 ? page_entry(n_of(0), w) : -1;
+        BoxSrc src_prev{-1, 0}, src = w.n_blocks > 0 ? box_src(n_of(0), w) : BoxSrc{-1, 0};
         for (int i = 0; i < w.n_blocks; ++i, ++it) {
-          const int entry_next = i + 1 < w.n_blocks ? page_entry(n_of(i + 1), w) : -1;  // a block ahead
-          load_k(it, n_of(i), entry, w);
-          if (i > 0) load_v(it - 1, n_of(i - 1), entry_prev, w);
-          entry_prev = entry;
-          entry = entry_next;
+          const BoxSrc src_next = i + 1 < w.n_blocks ? box_src(n_of(i + 1), w) : BoxSrc{-1, 0};  // a block ahead
+          load_k(it, n_of(i), src, w);
+          if (i > 0) load_v(it - 1, n_of(i - 1), src_prev, w);
+          src_prev = src;
+          src = src_next;
         }
-        if (w.n_blocks > 0) load_v(it - 1, n_of(w.n_blocks - 1), entry_prev, w);
+        if (w.n_blocks > 0) load_v(it - 1, n_of(w.n_blocks - 1), src_prev, w);
         ++j;
       }
     }

@@ -166,8 +166,10 @@ def paged():
     k = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
     v = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
     t_contig = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True), 1)
+    t_contig128 = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, tile_mn=(128, 128)), 1)
     row = dict(bench="paged-prefill B8 Sq1024 Sk4096 d128 H32/8", contiguous_ms=round(t_contig, 4),
-               contiguous_kernel=fa4gen.kernel_name(q, k, v, causal=True))
+               contiguous_kernel=fa4gen.kernel_name(q, k, v, causal=True),
+               contiguous_tile128x128_ms=round(t_contig128, 4))
     for page in (128, 16):
         pps = sk // page
         perm = torch.randperm(b * pps + 7, device=DEV)[: b * pps].to(torch.int32).view(b, pps)
@@ -176,13 +178,17 @@ def paged():
         kpg[perm.flatten().long()] = k.reshape(b * pps, page, hkv, d)
         vpg[perm.flatten().long()] = v.reshape(b * pps, page, hkv, d)
         t = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True), 1)
+        for tile in ((128, 128), (128, 160)):  # the tile sweep for paged K/V
+            tt = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True,
+                                                                       tile_mn=tile), 1)
+            row[f"page{page}_tile{tile[0]}x{tile[1]}_ms"] = round(tt, 4)
         # Bit-equality against contiguous K/V on the paged kernel's tile (the sm90 flagship
-        # takes 128-key blocks for pages; its contiguous tile at d 128 is 128x160).
-        ref = fa4gen.flash_attn_func(q, k, v, causal=True, tile_mn=(128, 128))[0]
+        # takes 128x128 for whole 128-key pages, its table's 128x160 for pages of 16).
+        refs = [fa4gen.flash_attn_func(q, k, v, causal=True, tile_mn=t)[0] for t in (None, (128, 128))]
         got = fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True)[0]
         row[f"page{page}_ms"] = round(t, 4)
         row[f"page{page}_fraction_of_contiguous"] = round(t_contig / t, 3)
-        row[f"page{page}_equals_contiguous"] = bool(torch.equal(ref, got))
+        row[f"page{page}_equals_contiguous"] = any(bool(torch.equal(r, got)) for r in refs)
         del kpg, vpg
     emit(**row)
 
@@ -279,10 +285,25 @@ def decode_splits():
         torch.cuda.empty_cache()
 
 
+def warm_up_clocks(seconds=1.0):
+    """Run the GPU busy for a while so the first timed section does not meet ramping clocks."""
+    a = torch.randn(4096, 4096, device=DEV, dtype=BF)
+    t = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t[0].record()
+    while True:
+        for _ in range(20):
+            a @ a
+        t[1].record()
+        t[1].synchronize()
+        if t[0].elapsed_time(t[1]) > seconds * 1e3:
+            return
+
+
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "decode": decode, "decode-tiles": decode_tiles,
             "decode-splits": decode_splits}
 
 if __name__ == "__main__":
     with torch.no_grad():
+        warm_up_clocks()
         for name in sys.argv[1:] or SECTIONS:
             SECTIONS[name]()

@@ -153,7 +153,7 @@ impl FlashAttention {
             .iter()
             .filter_map(|p| self.plan(p).ok())
             .map(|(_, s)| s.spec)
-            .filter(|s| self.lib.entry(&s.stem()).is_none())
+            .filter(|s| !matches!(self.lib.entry_for(s), Ok(Some(_))))
             .collect();
         specs.sort();
         specs.dedup();
@@ -218,9 +218,15 @@ impl FlashAttention {
     }
 
     /// The cubin, symbol, threads and shared memory of a spec: from the library, or compiled
-    /// by the jit when the library lacks it and jit is on.
+    /// by the jit when the library lacks it (or holds another build's rendering) and jit is on.
     fn find(&self, spec: &KernelSpec) -> Result<(Vec<u8>, String, u32, u32), Error> {
-        if let Some(entry) = self.lib.entry_for(spec)? {
+        let entry = self.lib.entry_for(spec);
+        #[cfg(feature = "jit")]
+        let entry = match entry {
+            Err(_) if self.jit.is_some() => Ok(None),
+            e => e,
+        };
+        if let Some(entry) = entry? {
             let cubin = self.lib.read_cubin(entry)?;
             return Ok((cubin, entry.symbol.clone(), entry.threads, entry.smem_bytes));
         }

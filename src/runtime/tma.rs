@@ -61,11 +61,27 @@ pub fn problem_fits(p: &Problem) -> bool {
         && strides_fit(&p.o_strides, qs, p.heads, qb)
 }
 
-/// Whether K/V pages of `page_size` keys tile a `tile_n`-key block with boxes: whole pages of
-/// at least 8 rows (one 1024-byte swizzle atom) per block, or whole blocks per page.
+/// Rows of a paged K/V box: `gcd(page_size, tile_n)`, so that every box of a block lies in one
+/// page (the kernel computes the same).
+pub fn page_box_rows(page_size: usize, tile_n: u32) -> usize {
+    let (mut a, mut b) = (page_size, tile_n as usize);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// Whether K/V pages of `page_size` keys tile a `tile_n`-key block with TMA boxes: boxes of
+/// `page_box_rows` rows, a multiple of 8 (whole 1024-byte swizzle atoms), at most 32 a block
+/// (one per lane of the producer warp).
 pub fn page_fits(page_size: usize, tile_n: u32) -> bool {
-    let n = tile_n as usize;
-    page_size.is_multiple_of(8) && (n.is_multiple_of(page_size) || page_size.is_multiple_of(n))
+    let rows = page_box_rows(page_size, tile_n);
+    page_size > 0 && rows.is_multiple_of(8) && tile_n as usize / rows <= 32
+}
+
+/// Whether every `tile_n`-key block lies inside one page: one box per 64 columns, as dense.
+pub fn pages_hold_blocks(page_size: usize, tile_n: u32) -> bool {
+    page_size > 0 && page_size.is_multiple_of(tile_n as usize)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -131,10 +147,10 @@ pub fn maps(
 ) -> Result<TmaMaps, Error> {
     let dt = p.dtype;
     let [(qb, qs), (kb, ks)] = shapes(p);
-    // Paged: one box per page of a block, or one block inside a page (`page_fits`).
-    let kv_box = p
-        .paged
-        .map_or(spec.tile_n, |pg| spec.tile_n.min(pg.page_size as u32));
+    // Paged: boxes of gcd(page_size, tile_n) rows, each inside one page (`page_fits`).
+    let kv_box = p.paged.map_or(spec.tile_n, |pg| {
+        page_box_rows(pg.page_size, spec.tile_n) as u32
+    });
     Ok(TmaMaps {
         q: encode(
             dt,
@@ -193,7 +209,7 @@ mod tests {
 
     #[test]
     fn which_pages_tma_can_tile() {
-        // Whole pages of >= 8 rows per block, or whole blocks per page.
+        // Boxes of gcd(page, tile_n) rows, a multiple of 8.
         for (page, tile_n, fits) in [
             (16, 128, true),
             (8, 128, true),
@@ -201,14 +217,35 @@ mod tests {
             (128, 128, true),
             (256, 128, true),
             (1, 128, false),
-            (48, 128, false),
-            (96, 128, false),
-            (128, 80, false),
+            (48, 128, true),
+            (96, 128, true),
+            (128, 80, true),
+            (128, 160, true),
+            (12, 128, false),
             (16, 80, true),
             (40, 80, true),
             (160, 80, true),
         ] {
             assert_eq!(page_fits(page, tile_n), fits, "page {page} tile_n {tile_n}");
+        }
+    }
+
+    #[test]
+    fn which_pages_hold_whole_blocks() {
+        for (page, tile_n, whole) in [
+            (128, 128, true),
+            (256, 128, true),
+            (256, 64, true),
+            (128, 160, false),
+            (16, 128, false),
+            (1, 128, false),
+            (0, 128, false),
+        ] {
+            assert_eq!(
+                pages_hold_blocks(page, tile_n),
+                whole,
+                "page {page} tile_n {tile_n}"
+            );
         }
     }
 }
