@@ -50,6 +50,7 @@ pub fn source_manifest(arch: Arch, plan: &str, rendered: &[Rendered]) -> Manifes
         plan: plan.to_string(),
         nvrtc: String::new(),
         headers_sha256: render::headers_sha256(),
+        nvrtc_options: Vec::new(),
         kernels,
     }
 }

@@ -25,13 +25,22 @@ pub struct CompiledKernel {
     pub seconds: f64,
 }
 
-/// The NVRTC options of every kernel of `spec.arch`: a real (SASS) target, never PTX, and
-/// ptxas's verbose report for the manifest's resource fields.
+/// The NVRTC options of every kernel of `spec.arch`: a real (SASS) target, never PTX,
+/// ptxas's verbose report for the manifest's resource fields, and a fixed seed for the names
+/// of internal-linkage symbols (with a `__grid_constant__` parameter, as the wgmma kernel's
+/// tensor maps, NVRTC otherwise names them from a per-process number, so the same source gave
+/// a different cubin on every compile).
 pub fn options(spec: &KernelSpec) -> Vec<String> {
+    arch_options(spec.arch)
+}
+
+/// [`options`] depend on the family alone.
+pub fn arch_options(arch: crate::Arch) -> Vec<String> {
     vec![
-        format!("--gpu-architecture={}", spec.arch.nvrtc_target()),
+        format!("--gpu-architecture={}", arch.nvrtc_target()),
         "--std=c++17".into(),
         "--ptxas-options=-v".into(),
+        "--frandom-seed=fa4gen".into(),
     ]
 }
 

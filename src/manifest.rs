@@ -26,6 +26,10 @@ pub struct Manifest {
     pub nvrtc: String,
     /// sha256 over the device headers the sources include (render::headers_sha256).
     pub headers_sha256: String,
+    /// The NVRTC options the cubins were built with (empty until compiled): a change of
+    /// options recompiles.
+    #[serde(default)]
+    pub nvrtc_options: Vec<String>,
     pub kernels: Vec<Entry>,
 }
 
@@ -130,6 +134,7 @@ impl Manifest {
     pub fn source_half(&self) -> Manifest {
         let mut m = self.clone();
         m.nvrtc.clear();
+        m.nvrtc_options.clear();
         for e in &mut m.kernels {
             e.cubin = None;
         }

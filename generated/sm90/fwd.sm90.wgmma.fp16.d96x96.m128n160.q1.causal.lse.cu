@@ -91,7 +91,7 @@ static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
 // packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages.
 struct TmaMaps {
   TensorMap q;  // box (64, kTileM): the Q tile, one 64-column block per load
-  TensorMap k;  // box (64, kTileN), paged: (64, min(page_size, kTileN))
+  TensorMap k;  // box (64, kTileN), paged: (64, gcd(page_size, kTileN))
   TensorMap v;  // as k
   TensorMap o;  // box (64, 64): one consumer's rows
 };
@@ -333,14 +333,16 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n160_q1_causal_lse(const __grid_constant__
         box_rows = a;
       }
       // Where this lane's box of the block starting at key n0 lives: (page, row in page), or
-      // page -1 past the sequence's keys.
+      // row -1 past the sequence's keys. (A bad, e.g. negative, page id still loads: TMA
+      // zero-fills coordinates outside the tensor and the barrier gets its bytes; a skipped
+      // box would hang it.)
       struct BoxSrc {
         int page, row;
       };
       auto box_src = [&](int n0, const Tile& w) -> BoxSrc {
-        if constexpr (!kPaged) return {-1, 0};
+        if constexpr (!kPaged) return {0, -1};
         const int key = n0 + lane * box_rows;
-        if (lane * box_rows >= kTileN || key >= w.seqlen_k) return {-1, 0};
+        if (lane * box_rows >= kTileN || key >= w.seqlen_k) return {0, -1};
         const int* table = p.page_table + (i64)w.batch * p.page_table_batch_stride;
         return {table[key / p.page_size], key % p.page_size};
       };
@@ -351,7 +353,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n160_q1_causal_lse(const __grid_constant__
           // scores are masked and V's tail is zeroed by the consumers).
           const int boxes = min(kTileN / box_rows, (w.seqlen_k - n0 + box_rows - 1) / box_rows);
           if (issuer) mbar_arrive_expect_tx(full, (u32)(boxes * box_rows * 128 * chunks));
-          if (src.page >= 0)
+          if (src.row >= 0)
             for (int c = 0; c < chunks; ++c)
               tma_load_4d(dst + c * kKVChunk + lane * box_rows * 128, map, full, 64 * c, src.row, w.head_kv, src.page);
         } else {
@@ -389,9 +391,9 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n160_q1_causal_lse(const __grid_constant__
         }
         // Blocks are visited last to first; n(i) is the i-th visited block's first key.
         auto n_of = [&](int i) { return (w.n_hi - 1 - i) * kTileN; };
-        BoxSrc src_prev{-1, 0}, src = w.n_blocks > 0 ? box_src(n_of(0), w) : BoxSrc{-1, 0};
+        BoxSrc src_prev{0, -1}, src = w.n_blocks > 0 ? box_src(n_of(0), w) : BoxSrc{0, -1};
         for (int i = 0; i < w.n_blocks; ++i, ++it) {
-          const BoxSrc src_next = i + 1 < w.n_blocks ? box_src(n_of(i + 1), w) : BoxSrc{-1, 0};  // a block ahead
+          const BoxSrc src_next = i + 1 < w.n_blocks ? box_src(n_of(i + 1), w) : BoxSrc{0, -1};  // a block ahead
           load_k(it, n_of(i), src, w);
           if (i > 0) load_v(it - 1, n_of(i - 1), src_prev, w);
           src_prev = src;

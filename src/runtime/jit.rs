@@ -1,8 +1,8 @@
 //! The `jit` feature: a spec the kernel library lacks is rendered, compiled with NVRTC and
-//! cached on disk, once per (source, headers, NVRTC version, target) across processes.
+//! cached on disk, once per (source, headers, NVRTC version, options) across processes.
 //!
 //! Cache layout: `<dir>/<sha256 key>/<stem>.cubin`, the key hashing the rendered source, the
-//! device headers, the NVRTC version and the target, so a template or compiler change can never
+//! device headers, the NVRTC version and the options, so a template or compiler change can never
 //! serve a stale cubin. Compiles are serialised per key with an exclusive file lock
 //! (`<key>.lock`), and the cubin is written to a temporary file renamed into place: N processes
 //! (ranks) asking for one kernel compile it once, and a reader never sees half a file.
@@ -82,7 +82,7 @@ impl Jit {
                 "{}\0{}\0{major}.{minor}\0{}",
                 sha256_hex(source.as_bytes()),
                 render::headers_sha256(),
-                spec.arch.nvrtc_target()
+                crate::compile::options(spec).join("\0")
             )
             .as_bytes(),
         );

@@ -131,6 +131,7 @@ mod tests {
             plan: "default".into(),
             nvrtc: "13.5".into(),
             headers_sha256: String::new(),
+            nvrtc_options: Vec::new(),
             kernels: vec![entry.clone()],
         };
         std::fs::write(dir.join(crate::manifest::FILE_NAME), m.to_json()).unwrap();

@@ -5,15 +5,17 @@
 //! Every map is 4-d `(dim, row, head, batch)`, innermost first, with 128-byte swizzling (the
 //! layout the wgmma descriptors read) and a box of 64 columns: one 128-byte row per tile row.
 //! Reads outside the tensor are zero-filled and writes outside it dropped by the hardware, so
-//! ragged sequence ends and head dims need no code.
+//! ragged ends of dense tensors and head dims need no code. Packed (varlen) tensors are one
+//! batch of all rows and paged K/V a batch of pages; there the kernel handles sequence ends
+//! (masks, V's tail rows zeroed, ragged O tiles stored without TMA).
 
 use super::error::{DriverCall, Error};
 use super::problem::{Problem, Strides};
 use crate::spec::{DType, KernelSpec};
 use cudarc::driver::sys;
 
-/// The kernel's `TmaMaps`: Q (box tile_m rows), K and V (tile_n rows), O (64 rows: one
-/// consumer warpgroup's store).
+/// The kernel's `TmaMaps`: Q (box tile_m rows), K and V (tile_n rows; paged: gcd(page_size,
+/// tile_n)), O (64 rows: one consumer warpgroup's store).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct TmaMaps {
@@ -52,10 +54,12 @@ fn shapes(p: &Problem) -> [(usize, usize); 2] {
     [q, kv]
 }
 
-/// Whether every operand of a problem can be described by a tensor map.
+/// Whether every operand of a problem can be described by a tensor map (a map has no empty
+/// dimension: a ragged batch whose sequences hold no key at all has none for K/V).
 pub fn problem_fits(p: &Problem) -> bool {
     let [(qb, qs), (kb, ks)] = shapes(p);
-    strides_fit(&p.q_strides, qs, p.heads, qb)
+    [qb, qs, kb, ks].iter().all(|&n| n > 0)
+        && strides_fit(&p.q_strides, qs, p.heads, qb)
         && strides_fit(&p.k_strides, ks, p.heads_kv, kb)
         && strides_fit(&p.v_strides, ks, p.heads_kv, kb)
         && strides_fit(&p.o_strides, qs, p.heads, qb)
@@ -204,6 +208,14 @@ mod tests {
         let mut p = Problem::new(DType::Bf16, 2, 300, 300, 8, 8, 64, 64);
         assert!(problem_fits(&p));
         p.v_strides.row = 0;
+        assert!(!problem_fits(&p));
+        // A ragged batch whose sequences hold no key: no K/V map (review: encoding failed).
+        let mut p = Problem::new(DType::Bf16, 2, 100, 128, 8, 8, 64, 64);
+        p.varlen = Some(crate::runtime::problem::Varlen {
+            total_q: Some(200),
+            total_k: Some(0),
+            ..Default::default()
+        });
         assert!(!problem_fits(&p));
     }
 

@@ -132,6 +132,7 @@ pub fn run(a: GenArgs) -> Result<(), String> {
         let previous = Manifest::read(&dir).ok();
         let mut manifest = codegen::source_manifest(arch, &name, &rendered);
         manifest.nvrtc = format!("{vmaj}.{vmin}");
+        manifest.nvrtc_options = fa4gen::compile::arch_options(arch);
 
         for r in &rendered {
             write_if_different(
@@ -258,7 +259,10 @@ fn up_to_date(
     entry: &fa4gen::manifest::Entry,
 ) -> bool {
     let Some(prev) = previous else { return false };
-    if prev.nvrtc != fresh.nvrtc || prev.headers_sha256 != fresh.headers_sha256 {
+    if prev.nvrtc != fresh.nvrtc
+        || prev.nvrtc_options != fresh.nvrtc_options
+        || prev.headers_sha256 != fresh.headers_sha256
+    {
         return false;
     }
     let Some(old) = prev.entry(&entry.stem) else {
