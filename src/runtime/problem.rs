@@ -157,6 +157,21 @@ impl Problem {
             .unwrap_or(self.batch * self.seqlen_q)
     }
 
+    /// (batch, rows) of q/out and of k/v as laid out in memory: packed (varlen) tensors are
+    /// one batch of all rows, paged K/V a batch of `num_pages` pages of `page_size` rows.
+    pub fn batches_and_rows(&self) -> [(usize, usize); 2] {
+        let q = match self.varlen.and_then(|v| v.total_q) {
+            Some(t) => (1, t),
+            None => (self.batch, self.seqlen_q),
+        };
+        let kv = match (self.paged, self.varlen.and_then(|v| v.total_k)) {
+            (Some(pg), _) => (pg.num_pages, pg.page_size),
+            (None, Some(t)) => (1, t),
+            (None, None) => (self.batch, self.seqlen_k),
+        };
+        [q, kv]
+    }
+
     /// Whether the kernel must read per-sequence lengths or offsets.
     pub fn is_varlen(&self) -> bool {
         self.varlen.is_some_and(|v| v != Varlen::default())
@@ -429,16 +444,7 @@ impl Problem {
                 )
             })
         };
-        // Packed tensors are one "batch" of total rows; pages are a batch of page_size rows.
-        let (qb, qs) = match self.varlen.and_then(|v| v.total_q) {
-            Some(t) => (1, t),
-            None => (self.batch, self.seqlen_q),
-        };
-        let (kb, ks) = match (self.paged, self.varlen.and_then(|v| v.total_k)) {
-            (Some(pg), _) => (pg.num_pages, pg.page_size),
-            (None, Some(t)) => (1, t),
-            (None, None) => (self.batch, self.seqlen_k),
-        };
+        let [(qb, qs), (kb, ks)] = self.batches_and_rows();
         Ok([
             e(
                 "q_strides",

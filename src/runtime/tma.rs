@@ -39,25 +39,10 @@ pub fn strides_fit(s: &Strides, rows: usize, heads: usize, batch: usize) -> bool
         })
 }
 
-/// The (batch, rows) each operand's map spans: packed (varlen) tensors are one batch of all
-/// rows, paged K/V a batch of `num_pages` pages of `page_size` rows.
-fn shapes(p: &Problem) -> [(usize, usize); 2] {
-    let q = match p.varlen.and_then(|v| v.total_q) {
-        Some(t) => (1, t),
-        None => (p.batch, p.seqlen_q),
-    };
-    let kv = match (p.paged, p.varlen.and_then(|v| v.total_k)) {
-        (Some(pg), _) => (pg.num_pages, pg.page_size),
-        (None, Some(t)) => (1, t),
-        (None, None) => (p.batch, p.seqlen_k),
-    };
-    [q, kv]
-}
-
 /// Whether every operand of a problem can be described by a tensor map (a map has no empty
 /// dimension: a ragged batch whose sequences hold no key at all has none for K/V).
 pub fn problem_fits(p: &Problem) -> bool {
-    let [(qb, qs), (kb, ks)] = shapes(p);
+    let [(qb, qs), (kb, ks)] = p.batches_and_rows();
     [qb, qs, kb, ks].iter().all(|&n| n > 0)
         && strides_fit(&p.q_strides, qs, p.heads, qb)
         && strides_fit(&p.k_strides, ks, p.heads_kv, kb)
@@ -150,7 +135,7 @@ pub fn maps(
     o: u64,
 ) -> Result<TmaMaps, Error> {
     let dt = p.dtype;
-    let [(qb, qs), (kb, ks)] = shapes(p);
+    let [(qb, qs), (kb, ks)] = p.batches_and_rows();
     // Paged: boxes of gcd(page_size, tile_n) rows, each inside one page (`page_fits`).
     let kv_box = p.paged.map_or(spec.tile_n, |pg| {
         page_box_rows(pg.page_size, spec.tile_n) as u32
