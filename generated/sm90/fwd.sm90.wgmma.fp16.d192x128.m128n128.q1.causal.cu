@@ -263,9 +263,9 @@ FA4_DEVICE void zero_rows(u32 stage, int valid, int tc) {
 // Store `rows` rows of one consumer's staged O (swizzled, 64 rows per column block) to global
 // memory with 16-byte stores, the consumer's 128 threads (index `tc`) sharing them: the
 // epilogue of a varlen tile whose sequence ends inside these rows (TMA would store all 64).
+// Rows are addressed like the TMA store's: (q_row + row, head, q_batch).
 FA4_DEVICE void store_rows(const FwdParams& p, const Tile& w, u32 staged, int rows, int row0, int tc) {
-  const SeqInfo<kVarlen, kPaged> seq(p, w.batch);
-  u16* out = p.o + seq.q_offset(w.batch, p.o_batch_stride, p.o_row_stride) + (i64)w.head * p.o_head_stride;
+  u16* out = p.o + (i64)w.q_batch * p.o_batch_stride + (i64)w.head * p.o_head_stride;
   for (int u = tc; u < 64 * 8 * kDvChunks; u += 128) {
     const int r = (u / 8) % 64, c = u / (8 * 64), col = c * 64 + (u % 8) * 8;
     if (r < rows && col < kDv) {
@@ -273,7 +273,7 @@ FA4_DEVICE void store_rows(const FwdParams& p, const Tile& w, u32 staged, int ro
       asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];"
                    : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
                    : "r"(staged + c * kQChunk + sw128_offset(r, (u % 8) * 8)));
-      u16* dst = out + (i64)(w.m0 + row0 + r) * p.o_row_stride + col;
+      u16* dst = out + (i64)(w.q_row + row0 + r) * p.o_row_stride + col;
       asm volatile("st.global.v4.u32 [%0], { %1, %2, %3, %4 };" ::"l"(dst), "r"(x0), "r"(x1), "r"(x2), "r"(x3) : "memory");
     }
   }
