@@ -215,6 +215,9 @@ pub struct Geometry {
     pub smem_bytes: u32,
     /// K/V pipeline stages (portable: one K and one V buffer).
     pub stages: u32,
+    /// Q tile buffers: 2 lets a persistent wgmma kernel load the next tile's Q (and so its
+    /// K/V blocks, issued after it) while this tile runs; 1 elsewhere.
+    pub q_bufs: u32,
 }
 
 /// Registers a thread needs beyond its fp32 accumulators (MMA fragments, addresses, softmax
@@ -304,31 +307,46 @@ impl KernelSpec {
             smem_o: smem_q,
             smem_bytes,
             stages: 1,
+            q_bufs: 1,
         }
     }
 
     /// The wgmma kernel's layout: a producer warpgroup plus one 64-row consumer warpgroup per
     /// 64 rows of tile_m; every tile stored as 128-byte swizzled 64-column blocks (TMA's
-    /// SWIZZLE_128B, what the wgmma descriptors read), 1024-byte aligned; the Q tile,
+    /// SWIZZLE_128B, what the wgmma descriptors read), 1024-byte aligned; `q_bufs` Q tiles,
     /// `WGMMA_STAGES` K and V tiles, the O staging tile where it fits (else O is staged in
-    /// the Q rows), then the barriers (q, q_empty; full and empty for K and V per stage), plus 1024
-    /// bytes of slack to align the dynamic base. `smem_pages` (no pages here) marks the end of
-    /// the tiles.
+    /// the current Q buffer), then the barriers (q, q_empty per Q buffer; full and empty for K
+    /// and V per stage), plus 1024 bytes of slack to align the dynamic base. `smem_pages` (no
+    /// pages here) marks the end of the tiles.
+    ///
+    /// Shared memory goes first to a second Q buffer (persistent kernels), then to O's own
+    /// rows: with one Q buffer the producer cannot load the next tile's Q, nor its K/V behind
+    /// it, before every Q K^T of this tile is done, and a tile of a few blocks (a window, a
+    /// short sequence, the causal diagonal) waits for those loads; a second buffer hides
+    /// them, and makes O's own rows unnecessary for that purpose.
     fn wgmma_geometry(&self) -> Geometry {
         let stages = WGMMA_STAGES;
         let chunks = |x: u32| x.div_ceil(64);
+        let limit = self.arch.max_dynamic_smem();
+        let q_bytes = self.tile_m * 128 * chunks(self.d).max(chunks(self.dv));
+        let kv_bytes = stages * self.tile_n * 128 * (chunks(self.d) + chunks(self.dv));
+        let o_bytes = self.tile_m * 128 * chunks(self.dv);
+        let barriers = |q_bufs: u32| (2 * q_bufs + 4 * stages) * 8 + 1024;
+        let q_bufs = if self.wgmma_persistent() && 2 * q_bytes + kv_bytes + barriers(2) <= limit {
+            2
+        } else {
+            1
+        };
         let smem_q = 0;
-        let smem_k = smem_q + self.tile_m * 128 * chunks(self.d).max(chunks(self.dv));
+        let smem_k = smem_q + q_bufs * q_bytes;
         let smem_v = smem_k + stages * self.tile_n * 128 * chunks(self.d);
         let kv_end = smem_v + stages * self.tile_n * 128 * chunks(self.dv);
-        let barriers = (2 + 4 * stages) * 8 + 1024;
-        let o_bytes = self.tile_m * 128 * chunks(self.dv);
-        let (smem_o, smem_pages) = if kv_end + o_bytes + barriers <= self.arch.max_dynamic_smem() {
+        let (smem_o, smem_pages) = if kv_end + o_bytes + barriers(q_bufs) <= limit {
             (kv_end, kv_end + o_bytes)
         } else {
             (smem_q, kv_end)
         };
-        let smem_bytes = smem_pages + barriers;
+        let smem_bytes = smem_pages + barriers(q_bufs);
         let threads = 128 * (self.tile_m / 64 + 1);
         Geometry {
             d_pad: chunks(self.d) * 64,
@@ -346,6 +364,7 @@ impl KernelSpec {
             smem_o,
             smem_bytes,
             stages,
+            q_bufs,
         }
     }
 

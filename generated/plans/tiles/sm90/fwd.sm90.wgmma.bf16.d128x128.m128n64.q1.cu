@@ -6,7 +6,8 @@
 //
 // Warp roles (384 threads):
 //   warpgroup 0, producer (24 registers after setmaxnreg): one elected thread issues the TMA
-//       loads: the Q tile once, then per K block its K tile and its V tile, each on its own
+//       loads: the Q tile (into Q buffer j % 2: with two, a tile's loads run while the tile
+//       before it computes), then per K block its K tile and its V tile, each on its own
 //       "full" barrier, into stage i % 2 once the consumers released it ("empty" barrier);
 //       paged: its warp's lanes issue a block's boxes, one page each.
 //   warpgroups 1..2, consumers (240 registers): consumer c owns Q rows 64c..64c+63 of the
@@ -58,6 +59,7 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
+constexpr int kQBufs = 2;  // Q tile buffers: tile j uses buffer j % kQBufs
 constexpr int kConsumers = kTileM / 64;            // consumer warpgroups, 64 rows each
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
@@ -74,15 +76,15 @@ constexpr int kOT = kDvPad / 8;                   // n8 column groups of O
 constexpr u32 kQChunk = kTileM * 128, kKVChunk = kTileN * 128;
 constexpr u32 kQBytes = kQChunk * (kDChunks > kDvChunks ? kDChunks : kDvChunks);  // Q, then O staging
 constexpr u32 kKStage = kKVChunk * kDChunks, kVStage = kKVChunk * kDvChunks;
-constexpr u32 kSmemQ = 0, kSmemK = kSmemQ + kQBytes, kSmemV = kSmemK + kStages * kKStage;
-// O is staged in its own rows where shared memory allows (the next tile's Q then loads while
-// this tile's P V and epilogue run), else in the Q rows.
+constexpr u32 kSmemQ = 0, kSmemK = kSmemQ + kQBufs * kQBytes, kSmemV = kSmemK + kStages * kKStage;
+// O is staged in its own rows where shared memory allows, else in the tile's Q buffer. (With
+// one Q buffer, own rows let the next tile's Q load while this tile's P V and epilogue run.)
 constexpr bool kSeparateO = true;
 constexpr u32 kOBytes = kQChunk * kDvChunks;
 constexpr u32 kSmemO = kSeparateO ? kSmemV + kStages * kVStage : kSmemQ;
-constexpr u32 kSmemBar = kSeparateO ? kSmemO + kOBytes : kSmemV + kStages * kVStage;  // q, q_empty, full_k[], full_v[], empty_k[], empty_v[]
-constexpr u32 kSmemBytes = kSmemBar + (2 + 4 * kStages) * 8 + 1024;  // + slack to align the base to 1024
-static_assert(kThreads == 384 && kSmemBytes == 132176, "layout differs from KernelSpec::geometry");
+constexpr u32 kSmemBar = kSeparateO ? kSmemO + kOBytes : kSmemV + kStages * kVStage;  // q[], q_empty[], full_k[], full_v[], empty_k[], empty_v[]
+constexpr u32 kSmemBytes = kSmemBar + (2 * kQBufs + 4 * kStages) * 8 + 1024;  // + slack to align the base to 1024
+static_assert(kThreads == 384 && kSmemBytes == 164960, "layout differs from KernelSpec::geometry");
 static_assert(kD % 16 == 0 && kDvPad == 128 && kTileN % 16 == 0, "tiles the wgmma layouts cannot hold");
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register pool overcommitted");
 static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
@@ -125,12 +127,12 @@ FA4_DEVICE void wgmma_m64n128k16_rs(float (&d)[16][4], const u32 (&a)[4], u64 b_
 // Barrier addresses in the block after the tiles.
 struct Barriers {
   u32 base;
-  FA4_DEVICE u32 q() const { return base; }
-  FA4_DEVICE u32 q_empty() const { return base + 8u; }
-  FA4_DEVICE u32 full_k(int s) const { return base + 8u * (2 + s); }
-  FA4_DEVICE u32 full_v(int s) const { return base + 8u * (2 + kStages + s); }
-  FA4_DEVICE u32 empty_k(int s) const { return base + 8u * (2 + 2 * kStages + s); }
-  FA4_DEVICE u32 empty_v(int s) const { return base + 8u * (2 + 3 * kStages + s); }
+  FA4_DEVICE u32 q(int b) const { return base + 8u * b; }
+  FA4_DEVICE u32 q_empty(int b) const { return base + 8u * (kQBufs + b); }
+  FA4_DEVICE u32 full_k(int s) const { return base + 8u * (2 * kQBufs + s); }
+  FA4_DEVICE u32 full_v(int s) const { return base + 8u * (2 * kQBufs + kStages + s); }
+  FA4_DEVICE u32 empty_k(int s) const { return base + 8u * (2 * kQBufs + 2 * kStages + s); }
+  FA4_DEVICE u32 empty_v(int s) const { return base + 8u * (2 * kQBufs + 3 * kStages + s); }
 };
 
 // One work tile: a (kTileM-row Q block, head, batch) and the K blocks it visits.
@@ -285,13 +287,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams p, const __grid_constant__ TmaMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment
-  const u32 sQ = base + kSmemQ, sK = base + kSmemK, sV = base + kSmemV, sO = base + kSmemO;
+  const u32 sQ = base + kSmemQ, sK = base + kSmemK, sV = base + kSmemV, sO = base + kSmemO;  // sO: kSeparateO only
   const Barriers bar{base + kSmemBar};
   const int tid = threadIdx.x, wg = tid / 128;
 
   if (tid == 0) {
-    mbar_init(bar.q(), 1);
-    mbar_init(bar.q_empty(), 4 * kConsumers);  // one arrival per consumer warp
+#pragma unroll
+    for (int b = 0; b < kQBufs; ++b) {
+      mbar_init(bar.q(b), 1);
+      mbar_init(bar.q_empty(b), 4 * kConsumers);  // one arrival per consumer warp
+    }
 #pragma unroll
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar.full_k(s), 1);
@@ -381,13 +386,17 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);  // (non-persistent: one iteration)
         if (kVarlen && !w.valid()) continue;
-        // The Q buffer is free once the consumers are done with the previous tile's Q (and,
+        // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
-        if (j > 0) mbar_wait(bar.q_empty(), (j - 1) & 1);
+        // With two buffers that was the tile before last: this tile's Q and K/V load while
+        // the previous tile runs.
+        const int qb = j % kQBufs;
+        if (j >= kQBufs) mbar_wait(bar.q_empty(qb), ((j / kQBufs) - 1) & 1);
         if (issuer) {
-          mbar_arrive_expect_tx(bar.q(), kQChunk * kDChunks);
+          const u32 dst = sQ + qb * kQBytes;
+          mbar_arrive_expect_tx(bar.q(qb), kQChunk * kDChunks);
 #pragma unroll
-          for (int c = 0; c < kDChunks; ++c) tma_load_4d(sQ + c * kQChunk, &maps.q, bar.q(), 64 * c, w.q_row, w.head, w.q_batch);
+          for (int c = 0; c < kDChunks; ++c) tma_load_4d(dst + c * kQChunk, &maps.q, bar.q(qb), 64 * c, w.q_row, w.head, w.q_batch);
         }
         // Blocks are visited last to first; n(i) is the i-th visited block's first key.
         auto n_of = [&](int i) { return (w.n_hi - 1 - i) * kTileN; };
@@ -411,8 +420,6 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
   const Tiles tiles(p);
   const int cons = wg - 1, warp = (tid / 32) % 4, lane = tid % 32, t = lane % 4;
   const int row = cons * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile (+8 the second)
-  const u32 sQc = sQ + cons * 64 * 128;              // this consumer's rows in each column block
-  const u32 sOc = sO + cons * 64 * 128;
   auto warp_arrive = [&](u32 b) {
     __syncwarp();
     if (lane == 0) mbar_arrive(b);
@@ -438,6 +445,10 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
   auto consume = [&](int tile, int j, int& it) -> bool {
     const Tile w = tiles.at(tile, p);
     if (kVarlen && !w.valid()) return false;
+    const int qb = j % kQBufs;
+    const u32 sQt = sQ + qb * kQBytes;                  // this tile's Q buffer
+    const u32 sQc = sQt + cons * 64 * 128;              // this consumer's rows in each column block
+    const u32 sOt = kSeparateO ? sO : sQt;              // O's staging: own rows, or the Q buffer
     const BottomRightMask<kMask> mask = w.mask(p);
     auto boundary = [&](int n0) { return mask.block_is_partial(w.m0, w.m1, n0, kTileN); };
 
@@ -461,7 +472,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
     OnlineSoftmax<1, kNT> softmax;
     softmax.init();
 
-    mbar_wait(bar.q(), j & 1);
+    mbar_wait(bar.q(qb), (j / kQBufs) & 1);
     if (w.n_blocks > 0) {
       // First block: S only.
       int n0 = (w.n_hi - 1) * kTileN;
@@ -518,7 +529,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
         pack_p(pa, s[0]);
       }
       // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
-      if constexpr (kSeparateO) warp_arrive(bar.q_empty());
+      if constexpr (kSeparateO) warp_arrive(bar.q_empty(qb));
       const int last = it % kStages;
       mbar_wait(bar.full_v(last), (it / kStages) & 1);
       turn_begin();
@@ -532,7 +543,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
       warp_arrive(bar.empty_v(last));
       ++it;
     } else if constexpr (kSeparateO) {
-      warp_arrive(bar.q_empty());
+      warp_arrive(bar.q_empty(qb));
     }
 
     // ---- epilogue: normalise, stage O (swizzled) in shared memory, TMA store ----
@@ -545,19 +556,20 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
     named_barrier_sync(1 + cons, 128);
     // The staging addresses depend only on the thread: derived from a fresh thread index here,
     // or the compiler hoists all 2 * kOT of them out of the tile loop and spills them.
-    const int erow = (int)(thread_index_fresh() % 128) / 32 * 16 + lane / 4 + cons * 64;
+    const int etid = (int)(thread_index_fresh() % 128);
+    const int erow = etid / 32 * 16 + etid % 32 / 4 + cons * 64, et = etid % 4;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const float inv = softmax.inv_sum(0, h);
       const int r = erow + 8 * h;
 #pragma unroll
       for (int i = 0; i < kOT; ++i) {
-        const int col = i * 8 + 2 * t;
-        const u32 addr = sO + (col / 64) * kQChunk + sw128_offset(r, col % 64);
+        const int col = i * 8 + 2 * et;
+        const u32 addr = sOt + (col / 64) * kQChunk + sw128_offset(r, col % 64);
         const u32 v = Elem::pack2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
       }
-      if (kWriteLse && t == 0 && w.m0 + r < w.seqlen_q) {
+      if (kWriteLse && et == 0 && w.m0 + r < w.seqlen_q) {
         // (B, H, Sq), or (H, total_q) for packed q: q_row is then the row among all.
         const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.m0 : (i64)w.batch * p.lse_batch_stride;
         p.lse[row0 + w.head * p.lse_head_stride + w.m0 + r] = softmax.lse(0, h);
@@ -568,6 +580,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
     // This consumer's 64 rows: TMA stores them (clipped at the tensor's end), unless a varlen
     // tile ends inside them (the rows after would be the next sequence's or padding).
     const int rows = min(w.seqlen_q - (w.m0 + cons * 64), 64);
+    const u32 sOc = sOt + cons * 64 * 128;
     if (kVarlen && rows < 64) {
       if (rows > 0) store_rows(p, w, sOc, rows, cons * 64, (int)(thread_index_fresh() % 128));
     } else if (warp == 0 && lane == 0) {
@@ -578,9 +591,9 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdParams
       if constexpr (!kSeparateO) tma_store_wait_read();
     }
     if constexpr (!kSeparateO) {
-      // O was staged in the Q rows: they are free once the store has read them.
-      named_barrier_sync(1 + cons, 128);
-      warp_arrive(bar.q_empty());
+      // O was staged in the Q buffer: free once the store has read it. Warp 0's lane 0, the
+      // store's issuer, waited for that above; the other warps' reads of it are their own.
+      warp_arrive(bar.q_empty(qb));
     }
     return true;
   };
