@@ -218,6 +218,19 @@ pub struct Geometry {
     /// Q tile buffers: 2 lets a persistent wgmma kernel load the next tile's Q (and so its
     /// K/V blocks, issued after it) while this tile runs; 1 elsewhere.
     pub q_bufs: u32,
+    /// Rows per group of a wgmma K/V stage, each group holding its rows' 64-column blocks one
+    /// after another: `tile_n` (one group: each 64-column block's rows contiguous, the dense
+    /// layout) or 8 (`kv_in_row_groups`: a page's rows of all columns are one TMA box).
+    pub kv_group_rows: u32,
+}
+
+/// Whether a wgmma kernel keeps its K/V stages in 8-row groups: paged K/V whose head dims are
+/// whole 64-column blocks. A page's rows then load as one TMA box across all columns (one box
+/// per 64 columns otherwise: twice the boxes at d = 128, and boxes, not bytes, are what small
+/// pages cost). Head dims that are not multiples of 64 keep the dense layout: their last
+/// block's columns past d must be zero-filled, which the row-group map cannot express.
+pub fn kv_in_row_groups(paged: bool, d: u32, dv: u32) -> bool {
+    paged && d.is_multiple_of(64) && dv.is_multiple_of(64)
 }
 
 /// Registers a thread needs beyond its fp32 accumulators (MMA fragments, addresses, softmax
@@ -308,6 +321,7 @@ impl KernelSpec {
             smem_bytes,
             stages: 1,
             q_bufs: 1,
+            kv_group_rows: self.tile_n,
         }
     }
 
@@ -365,6 +379,11 @@ impl KernelSpec {
             smem_bytes,
             stages,
             q_bufs,
+            kv_group_rows: if kv_in_row_groups(self.feat.paged, self.d, self.dv) {
+                8
+            } else {
+                self.tile_n
+            },
         }
     }
 

@@ -73,6 +73,9 @@ enum KLayout {
     Packed,
     /// Pages of this many keys, shuffled, with `seqused_k`.
     Paged(usize),
+    /// The same, pages two pages' rows apart: K (or V) of a `(pages, 2, page_size, Hkv, D)`
+    /// cache, the rows between (the other tensor's) NaN.
+    PagedSpaced(usize),
 }
 
 #[derive(Clone, Debug)]
@@ -221,13 +224,18 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
             problem.k_strides = Strides::contiguous(total_k, hkv, d);
             problem.v_strides = Strides::contiguous(total_k, hkv, dv);
         }
-        KLayout::Paged(ps) => {
+        KLayout::Paged(ps) | KLayout::PagedSpaced(ps) => {
+            let span = if matches!(c.k, KLayout::PagedSpaced(_)) {
+                2 * ps
+            } else {
+                ps
+            };
             let pps = max_sk.div_ceil(ps).max(1);
             let num_pages = b * pps + 3; // spare pages
             let mut perm: Vec<usize> = (0..num_pages).collect();
             perm.shuffle(rng);
-            k = vec![f32::NAN; num_pages * ps * hkv * d];
-            v = vec![f32::NAN; num_pages * ps * hkv * dv];
+            k = vec![f32::NAN; num_pages * span * hkv * d];
+            v = vec![f32::NAN; num_pages * span * hkv * dv];
             let mut table = vec![0i32; b * pps];
             for s in 0..b {
                 for pg in 0..pps {
@@ -235,7 +243,7 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
                 }
                 for j in 0..c.seqs[s].1 {
                     let page = table[s * pps + j / ps] as usize;
-                    let row = page * ps + j % ps;
+                    let row = page * span + j % ps;
                     k[row * hkv * d..][..hkv * d]
                         .copy_from_slice(&data[s].k[j * hkv * d..][..hkv * d]);
                     v[row * hkv * dv..][..hkv * dv]
@@ -249,8 +257,8 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
                 pages_per_seq: pps,
                 page_table_stride: pps,
             });
-            problem.k_strides = Strides::contiguous(ps, hkv, d);
-            problem.v_strides = Strides::contiguous(ps, hkv, dv);
+            problem.k_strides = Strides::contiguous(span, hkv, d);
+            problem.v_strides = Strides::contiguous(span, hkv, dv);
             varlen.seqused_k = true;
             page_table = Some(table);
         }
@@ -614,7 +622,8 @@ fn flagship_features() {
 }
 
 /// The sm90 flagship on ragged batches and pages (#5): every flagship head dim, q packed or
-/// batched, k packed, batched or paged (pages of 8 to 256 keys incl. 48, shuffled, slack rows NaN),
+/// batched, k packed, batched or paged (pages of 8 to 256 keys incl. 48, shuffled, slack rows NaN; pages two
+/// pages apart, as in a (pages, 2, page_size, Hkv, D) cache),
 /// lengths 0, 1 and up to 1000 with Sq != Sk both ways, the three masks, sinks and softcap,
 /// unpacked GQA. On an sm90 device every case must run on the flagship.
 #[test]
@@ -631,6 +640,7 @@ fn flagship_serving() {
         (false, KLayout::Paged(8)),
         (true, KLayout::Paged(256)),
         (false, KLayout::Paged(48)),
+        (true, KLayout::PagedSpaced(16)),
     ];
     let mut cases = Vec::new();
     let mut i = 0usize;

@@ -3,7 +3,12 @@
 //! `__grid_constant__` parameter (`TmaMaps` in `templates/fwd_sm90.cu`, same order).
 //!
 //! Every map is 4-d `(dim, row, head, batch)`, innermost first, with 128-byte swizzling (the
-//! layout the wgmma descriptors read) and a box of 64 columns: one 128-byte row per tile row.
+//! layout the wgmma descriptors read) and a box of 64 columns: one 128-byte row per tile row —
+//! except paged K/V in 8-row groups (`kv_in_row_groups`), 5-d `(64 columns, 8 rows, 64-column
+//! block, row group, head)`: a box of a page's rows then spans every column, landing in shared
+//! memory as groups of 8 rows × all 64-column blocks, and pages are row groups
+//! `page * groups_per_page + row / 8` of one dimension (the page stride a whole number of
+//! 8-row strides, `paged_row_groups`).
 //! Reads outside the tensor are zero-filled and writes outside it dropped by the hardware, so
 //! ragged ends of dense tensors and head dims need no code. Packed (varlen) tensors are one
 //! batch of all rows and paged K/V a batch of pages; there the kernel handles sequence ends
@@ -11,7 +16,7 @@
 
 use super::error::{DriverCall, Error};
 use super::problem::{Problem, Strides};
-use crate::spec::{DType, KernelSpec};
+use crate::spec::{DType, KernelSpec, kv_in_row_groups};
 use cudarc::driver::sys;
 
 /// The kernel's `TmaMaps`: Q (box tile_m rows), K and V (tile_n rows; paged: gcd(page_size,
@@ -43,11 +48,36 @@ pub fn strides_fit(s: &Strides, rows: usize, heads: usize, batch: usize) -> bool
 /// dimension: a ragged batch whose sequences hold no key at all has none for K/V).
 pub fn problem_fits(p: &Problem) -> bool {
     let [(qb, qs), (kb, ks)] = p.batches_and_rows();
+    let groups_fit = match p.paged {
+        Some(pg) if kv_in_row_groups(true, p.head_dim as u32, p.head_dim_v as u32) => {
+            paged_row_groups(&p.k_strides, pg.page_size, pg.num_pages).is_some()
+                && paged_row_groups(&p.v_strides, pg.page_size, pg.num_pages).is_some()
+        }
+        _ => true,
+    };
     [qb, qs, kb, ks].iter().all(|&n| n > 0)
+        && groups_fit
         && strides_fit(&p.q_strides, qs, p.heads, qb)
         && strides_fit(&p.k_strides, ks, p.heads_kv, kb)
         && strides_fit(&p.v_strides, ks, p.heads_kv, kb)
         && strides_fit(&p.o_strides, qs, p.heads, qb)
+}
+
+/// Paged K or V as 8-row groups: (groups per page stride, groups in the tensor), where the
+/// page stride is a whole number of 8-row strides (contiguous pages of a multiple of 8 keys,
+/// or pages interleaved with another tensor's, as in a (pages, 2, page_size, Hkv, D) cache)
+/// and the group index fits the kernel's 32-bit TMA coordinate. The kernel derives the same
+/// groups per page from the strides in `FwdParams`.
+pub fn paged_row_groups(s: &Strides, page_size: usize, num_pages: usize) -> Option<(i64, i64)> {
+    let group = s.row.checked_mul(8)?;
+    if s.row <= 0 || s.batch <= 0 || s.batch % group != 0 || !page_size.is_multiple_of(8) {
+        return None;
+    }
+    let per_page = s.batch / group;
+    let total = per_page
+        .checked_mul(num_pages as i64 - 1)?
+        .checked_add(page_size as i64 / 8)?;
+    (total <= i32::MAX as i64).then_some((per_page, total))
 }
 
 /// Rows of a paged K/V box: `gcd(page_size, tile_n)`, so that every box of a block lies in one
@@ -89,26 +119,71 @@ fn encode(
     let stride = |v: i64, n: usize| {
         if n <= 1 { 16 } else { v as u64 * elem }
     };
-    let dims: [u64; 4] = [dim as u64, rows as u64, heads as u64, batch as u64];
-    let strides: [u64; 3] = [
-        stride(s.row, rows),
-        stride(s.head, heads),
-        stride(s.batch, batch),
-    ];
-    let boxes: [u32; 4] = [64, box_rows, 1, 1];
-    let unit: [u32; 4] = [1; 4];
+    encode_rank(
+        dtype,
+        ptr,
+        &[dim as u64, rows as u64, heads as u64, batch as u64],
+        &[
+            stride(s.row, rows),
+            stride(s.head, heads),
+            stride(s.batch, batch),
+        ],
+        &[64, box_rows, 1, 1],
+    )
+}
+
+/// Paged K or V in 8-row groups (`paged_row_groups` holds): `(64 columns, 8 rows, dim / 64
+/// column blocks, row groups, heads)`, a box of `box_rows` rows across every column.
+fn encode_row_groups(
+    dtype: DType,
+    ptr: u64,
+    dim: usize,
+    heads: usize,
+    s: &Strides,
+    groups: i64,
+    box_rows: u32,
+) -> Result<sys::CUtensorMap, Error> {
+    let elem = dtype.size() as u64;
+    let blocks = dim as u64 / 64;
+    let head_stride = if heads <= 1 { 16 } else { s.head as u64 * elem };
+    encode_rank(
+        dtype,
+        ptr,
+        &[64, 8, blocks, groups as u64, heads as u64],
+        &[
+            s.row as u64 * elem,
+            128,
+            8 * s.row as u64 * elem,
+            head_stride,
+        ],
+        &[64, 8, blocks as u32, box_rows / 8, 1],
+    )
+}
+
+/// `cuTensorMapEncodeTiled` with 128-byte swizzling: `dims` and `boxes` innermost first,
+/// `strides` (bytes) of every dimension but the first.
+fn encode_rank(
+    dtype: DType,
+    ptr: u64,
+    dims: &[u64],
+    strides: &[u64],
+    boxes: &[u32],
+) -> Result<sys::CUtensorMap, Error> {
+    debug_assert!(dims.len() == boxes.len() && strides.len() + 1 == dims.len());
+    let unit = [1u32; 5];
     let data_type = match dtype {
         DType::Bf16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
         DType::Fp16 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
     };
     let mut map = sys::CUtensorMap { opaque: [0; 16] };
-    // SAFETY: every array has the rank (or rank - 1) entries the call reads; the map is
-    // written by the driver; the address is only recorded, not dereferenced.
+    // SAFETY: every array has the rank (or rank - 1) entries the call reads (`unit` at least
+    // as many: rank <= 5); the map is written by the driver; the address is only recorded,
+    // not dereferenced.
     unsafe {
         sys::cuTensorMapEncodeTiled(
             &mut map,
             data_type,
-            4,
+            dims.len() as u32,
             ptr as *mut std::ffi::c_void,
             dims.as_ptr(),
             strides.as_ptr(),
@@ -140,6 +215,18 @@ pub fn maps(
     let kv_box = p.paged.map_or(spec.tile_n, |pg| {
         page_box_rows(pg.page_size, spec.tile_n) as u32
     });
+    let kv_map = |ptr: u64, dim: usize, s: &Strides| match p.paged {
+        Some(pg) if spec.geometry().kv_group_rows == 8 => {
+            let (_, groups) = paged_row_groups(s, pg.page_size, pg.num_pages).ok_or_else(|| {
+                crate::spec::Unsupported::Wgmma {
+                    stem: spec.stem(),
+                    why: "takes paged K/V whose page stride is a whole number of 8-row strides",
+                }
+            })?;
+            encode_row_groups(dt, ptr, dim, p.heads_kv, s, groups, kv_box)
+        }
+        _ => encode(dt, ptr, dim, ks, p.heads_kv, kb, s, kv_box),
+    };
     Ok(TmaMaps {
         q: encode(
             dt,
@@ -151,17 +238,8 @@ pub fn maps(
             &p.q_strides,
             spec.tile_m,
         )?,
-        k: encode(dt, k, p.head_dim, ks, p.heads_kv, kb, &p.k_strides, kv_box)?,
-        v: encode(
-            dt,
-            v,
-            p.head_dim_v,
-            ks,
-            p.heads_kv,
-            kb,
-            &p.v_strides,
-            kv_box,
-        )?,
+        k: kv_map(k, p.head_dim, &p.k_strides)?,
+        v: kv_map(v, p.head_dim_v, &p.v_strides)?,
         o: encode(dt, o, p.head_dim_v, qs, p.heads, qb, &p.o_strides, 64)?,
     })
 }
@@ -202,6 +280,50 @@ mod tests {
             ..Default::default()
         });
         assert!(!problem_fits(&p));
+    }
+
+    #[test]
+    fn paged_row_groups_need_whole_8_row_strides() {
+        // (pages, page_size, Hkv, D) contiguous: a page is page_size / 8 groups.
+        let nhd = Strides::contiguous(16, 8, 128);
+        assert_eq!(paged_row_groups(&nhd, 16, 100), Some((2, 200)));
+        // K of a (pages, 2, page_size, Hkv, D) cache: pages 2 * page_size rows apart.
+        let kv = Strides {
+            batch: 2 * 16 * 8 * 128,
+            ..nhd
+        };
+        assert_eq!(paged_row_groups(&kv, 16, 100), Some((4, 4 * 99 + 2)));
+        // A page stride that is not a whole number of 8-row strides, a page size that is
+        // not a multiple of 8, a group index past 32 bits: no row-group map.
+        let odd = Strides {
+            batch: 16 * 8 * 128 + 64,
+            ..nhd
+        };
+        assert_eq!(paged_row_groups(&odd, 16, 100), None);
+        assert_eq!(paged_row_groups(&nhd, 12, 100), None);
+        assert_eq!(paged_row_groups(&nhd, 16, 1 << 31), None);
+        // problem_fits applies it to paged K/V of whole 64-column blocks only.
+        let mut p = Problem::new(DType::Bf16, 2, 64, 64, 8, 8, 128, 128);
+        let pg = crate::runtime::problem::Paged {
+            page_size: 16,
+            num_pages: 8,
+            pages_per_seq: 4,
+            page_table_stride: 4,
+        };
+        p.paged = Some(pg);
+        p.k_strides = Strides::contiguous(16, 8, 128);
+        p.v_strides = p.k_strides;
+        assert!(problem_fits(&p));
+        p.v_strides = odd;
+        assert!(!problem_fits(&p));
+        let mut p96 = Problem::new(DType::Bf16, 2, 64, 64, 8, 8, 96, 96);
+        p96.paged = Some(pg);
+        p96.k_strides = Strides {
+            batch: 16 * 8 * 96 + 32,
+            ..Strides::contiguous(16, 8, 96)
+        };
+        p96.v_strides = p96.k_strides;
+        assert!(problem_fits(&p96), "d 96 keeps the per-page 4-d map");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 // memory and shared memory described by a CUtensorMap the host encoded (cuTensorMapEncodeTiled)
 // and passed as a __grid_constant__ kernel parameter. One thread issues a whole tile; the
 // hardware zero-fills reads outside the tensor and clips writes to it, so ragged ends need no
-// code. Every map here is 4-d: (dim, row, head, batch), innermost first.
+// code. Maps are 4-d, (dim, row, head, batch) innermost first, but paged K/V's in 8-row groups.
 #pragma once
 #include "fa4gen/prelude.cuh"
 
@@ -20,6 +20,15 @@ FA4_DEVICE void tma_load_4d(u32 dst, const TensorMap* map, u32 bar, int c0, int 
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
       "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// The same for a 5-d map (paged K/V in 8-row groups: runtime/tma.rs).
+FA4_DEVICE void tma_load_5d(u32 dst, const TensorMap* map, u32 bar, int c0, int c1, int c2, int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
       : "memory");
 }
 

@@ -75,6 +75,17 @@ constexpr int kOT = kDvPad / 8;                   // n8 column groups of O
 constexpr u32 kQChunk = kTileM * 128, kKVChunk = kTileN * 128;
 constexpr u32 kQBytes = kQChunk * (kDChunks > kDvChunks ? kDChunks : kDvChunks);  // Q, then O staging
 constexpr u32 kKStage = kKVChunk * kDChunks, kVStage = kKVChunk * kDvChunks;
+// A K/V stage holds its rows in groups of kKVGroupRows, each group its rows' 64-column blocks
+// one after another: one group of kTileN rows (each block's rows contiguous), or, for paged
+// K/V, groups of 8 rows, so that one TMA box carries a page's rows across every column (boxes,
+// not bytes, are what small pages cost). The wgmma descriptors read either through their
+// strides: between a row's 64-column blocks, and between 8-row groups.
+constexpr int kKVGroupRows = 80;
+constexpr bool kKVRowGroups = kKVGroupRows < kTileN;
+constexpr u32 kKVBlockStride = kKVGroupRows * 128u;
+constexpr u32 kK8RowStride = kKVRowGroups ? 1024u * kDChunks : 1024u;
+constexpr u32 kV8RowStride = kKVRowGroups ? 1024u * kDvChunks : 1024u;
+static_assert(!kKVRowGroups || (kPaged && kKVGroupRows == 8 && kD % 64 == 0 && kDv % 64 == 0), "row groups: paged, whole column blocks");
 constexpr u32 kSmemQ = 0, kSmemK = kSmemQ + kQBufs * kQBytes, kSmemV = kSmemK + kStages * kKStage;
 // O is staged in its own rows where shared memory allows, else in the tile's Q buffer. (With
 // one Q buffer, own rows let the next tile's Q load while this tile's P V and epilogue run.)
@@ -198,22 +209,22 @@ struct Tiles {
 // S = Q K^T for one consumer's 64 rows: kD / 16 k-steps; a k-step is 32 bytes into the
 // 128-byte swizzled rows of one 64-column block.
 FA4_DEVICE void gemm_qk(float (&s)[kNT][4], u32 q_rows, u32 k_tile) {
-  const u64 a0 = sw128_desc(opaque(q_rows), 16, 1024), b0 = sw128_desc(opaque(k_tile), 16, 1024);
+  const u64 a0 = sw128_desc(opaque(q_rows), 16, 1024), b0 = sw128_desc(opaque(k_tile), 16, kK8RowStride);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const u32 off = (kk % 4) * 32u;
     const u64 a = a0 + (((kk / 4) * kQChunk + off) >> 4);
-    const u64 b = b0 + (((kk / 4) * kKVChunk + off) >> 4);
+    const u64 b = b0 + (((kk / 4) * kKVBlockStride + off) >> 4);
     wgmma_m64n80k16_ss(s, a, b, kk > 0);
   }
 }
 
-// O += P V: kTileN / 16 k-steps of 16 keys (2048 bytes of V rows each); V is N-major with
-// its 64-column blocks kKVChunk bytes apart.
+// O += P V: kTileN / 16 k-steps of 16 keys (two 8-row groups each); V is N-major with its
+// 64-column blocks kKVBlockStride bytes apart.
 FA4_DEVICE void gemm_pv(float (&o)[kOT][4], const u32 (&pa)[kTileN / 16][4], u32 v_tile) {
-  const u64 b0 = sw128_desc(opaque(v_tile), kKVChunk, 1024);
+  const u64 b0 = sw128_desc(opaque(v_tile), kKVBlockStride, kV8RowStride);
 #pragma unroll
-  for (int kk = 0; kk < kTileN / 16; ++kk) wgmma_m64n256k16_rs(o, pa[kk], b0 + kk * (2048u >> 4));
+  for (int kk = 0; kk < kTileN / 16; ++kk) wgmma_m64n256k16_rs(o, pa[kk], b0 + kk * ((2 * kV8RowStride) >> 4));
 }
 
 // P (the S accumulators after the softmax) as 16-bit A fragments: two n8 groups of the
@@ -254,11 +265,14 @@ FA4_DEVICE void mask_block(float (&s)[kNT][4], const BottomRightMask<kMask>& mas
 
 // Zero rows [valid, kTileN) of a V stage (all its 64-column blocks), 16 bytes per step, the
 // consumers' threads (index `tc`) sharing the work. Rows are whole 128-byte lines in the
-// swizzled layout, so unit u of the stage is byte 16u whatever the swizzle.
+// swizzled layout, so the swizzle does not matter: row r's block c is the line at group
+// r / kKVGroupRows, block c, row r % kKVGroupRows.
 FA4_DEVICE void zero_rows(u32 stage, int valid, int tc) {
-  for (int u = tc; u < kTileN * 8 * kDvChunks; u += 128 * kConsumers)
-    if ((u / 8) % kTileN >= valid)
-      asm volatile("st.shared.v4.u32 [%0], { %1, %1, %1, %1 };" ::"r"(stage + 16u * u), "r"(0u) : "memory");
+  for (int u = valid * 8 * kDvChunks + tc; u < kTileN * 8 * kDvChunks; u += 128 * kConsumers) {
+    const int r = u / (8 * kDvChunks), c = (u / 8) % kDvChunks;
+    const u32 line = (u32)(r / kKVGroupRows) * (kKVGroupRows * kDvChunks) + c * kKVGroupRows + r % kKVGroupRows;
+    asm volatile("st.shared.v4.u32 [%0], { %1, %1, %1, %1 };" ::"r"(stage + 128u * line + 16u * (u % 8)), "r"(0u) : "memory");
+  }
 }
 
 // Store `rows` rows of one consumer's staged O (swizzled, 64 rows per column block) to global
@@ -350,16 +364,33 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_varlen_softcap(const __gri
         const int* table = p.page_table + (i64)w.batch * p.page_table_batch_stride;
         return {table[key / p.page_size], key % p.page_size};
       };
+      // Row groups: 8-row groups per page stride of K and of V (the host's map agrees,
+      // runtime/tma.rs `paged_row_groups`); a page's row r is group page * g + r / 8.
+      int groups_k = 0, groups_v = 0;
+      if constexpr (kKVRowGroups) {
+        groups_k = (int)(p.k_batch_stride / (8 * p.k_row_stride));
+        groups_v = (int)(p.v_batch_stride / (8 * p.v_row_stride));
+      }
       // Load one K or V block (`chunks` 64-column blocks) into `dst`, completing on `full`.
-      auto load_block = [&](u32 dst, const TensorMap* map, u32 full, int chunks, int n0, BoxSrc src, const Tile& w) {
+      auto load_block = [&](u32 dst, const TensorMap* map, u32 full, int chunks, int groups, int n0, BoxSrc src,
+                            const Tile& w) {
         if constexpr (kPaged) {
           // Boxes holding keys of the sequence; the rest of the block keeps what it held (its
           // scores are masked and V's tail is zeroed by the consumers).
           const int boxes = min(kTileN / box_rows, (w.seqlen_k - n0 + box_rows - 1) / box_rows);
           if (issuer) mbar_arrive_expect_tx(full, (u32)(boxes * box_rows * 128 * chunks));
-          if (src.row >= 0)
-            for (int c = 0; c < chunks; ++c)
-              tma_load_4d(dst + c * kKVChunk + lane * box_rows * 128, map, full, 64 * c, src.row, w.head_kv, src.page);
+          if (src.row >= 0) {
+            if constexpr (kKVRowGroups) {
+              // One box, every column. A group index past 32 bits (a bad page id) becomes one
+              // far outside the tensor: zero-filled, like any other bad page's box.
+              const i64 g = (i64)src.page * groups + src.row / 8;
+              const int gc = g >= 0 && g <= 0x7fffffff ? (int)g : -(1 << 30);
+              tma_load_5d(dst + lane * box_rows * 128 * chunks, map, full, 0, 0, 0, gc, w.head_kv);
+            } else {
+              for (int c = 0; c < chunks; ++c)
+                tma_load_4d(dst + c * kKVChunk + lane * box_rows * 128, map, full, 64 * c, src.row, w.head_kv, src.page);
+            }
+          }
         } else {
           mbar_arrive_expect_tx(full, (u32)(kKVChunk * chunks));
 #pragma unroll
@@ -373,12 +404,12 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_varlen_softcap(const __gri
       auto load_k = [&](int it, int n0, BoxSrc src, const Tile& w) {
         const int s = it % kStages;
         if (it >= kStages) mbar_wait(bar.empty_k(s), ((it / kStages) - 1) & 1);
-        load_block(sK + s * kKStage, &maps.k, bar.full_k(s), kDChunks, n0, src, w);
+        load_block(sK + s * kKStage, &maps.k, bar.full_k(s), kDChunks, groups_k, n0, src, w);
       };
       auto load_v = [&](int it, int n0, BoxSrc src, const Tile& w) {
         const int s = it % kStages;
         if (it >= kStages) mbar_wait(bar.empty_v(s), ((it / kStages) - 1) & 1);
-        load_block(sV + s * kVStage, &maps.v, bar.full_v(s), kDvChunks, n0, src, w);
+        load_block(sV + s * kVStage, &maps.v, bar.full_v(s), kDvChunks, groups_v, n0, src, w);
       };
       int it = 0;  // K/V blocks loaded so far, across tiles: the ring position
       int j = 0;   // tiles loaded so far: the Q barrier's phase
