@@ -58,6 +58,10 @@ pub const HEADERS: &[(&str, &str)] = &[
         include_str!("../templates/include/fa4gen/softcap.cuh"),
     ),
     (
+        "fa4gen/fast_divmod.cuh",
+        include_str!("../templates/include/fa4gen/fast_divmod.cuh"),
+    ),
+    (
         "fa4gen/mbarrier.cuh",
         include_str!("../templates/include/fa4gen/mbarrier.cuh"),
     ),
@@ -125,6 +129,7 @@ struct WgmmaFwd<'a> {
     consumer_regs: u32,
     consumer_wgs: u32,
     persistent: bool,
+    ctas_per_sm: u32,
     params_size: usize,
 }
 
@@ -183,6 +188,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 consumer_regs,
                 consumer_wgs: spec.tile_m / 64,
                 persistent: spec.wgmma_persistent(),
+                ctas_per_sm: spec.ctas_per_sm(),
                 params_size,
             }
             .render()

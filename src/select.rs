@@ -251,11 +251,12 @@ pub fn select_with(
         class.feat.split = true;
         spec = pick(class)?;
     }
-    // The flagship is persistent: one CTA per SM walks the (Q block, head, batch) tiles.
+    // The flagship is persistent: one CTA per SM (two for tile_m 64) walks the (Q block, head,
+    // batch) tiles.
     let grid = if spec.imp == crate::spec::Impl::Wgmma {
         let tiles = (m_blocks * heads * p.batch).max(1);
         let ctas = if spec.wgmma_persistent() {
-            tiles.min(device.sm_count.max(1) as usize)
+            tiles.min((device.sm_count * spec.ctas_per_sm()).max(1) as usize)
         } else {
             tiles
         };

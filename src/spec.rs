@@ -339,9 +339,32 @@ impl KernelSpec {
     /// short sequence, the causal diagonal) waits for those loads; a second buffer hides
     /// them, and makes O's own rows unnecessary for that purpose.
     fn wgmma_geometry(&self) -> Geometry {
+        self.wgmma_layout(match self.wgmma_ctas_per_sm() {
+            2 => SM90_SMEM_SHARE_OF_2,
+            _ => self.arch.max_dynamic_smem(),
+        })
+    }
+
+    /// CTAs of the wgmma kernel per SM: two for one consumer warpgroup (tile_m 64) where half
+    /// the shared memory holds its layout, else one. A lone consumer has no partner in its CTA
+    /// to take turns at the tensor cores with; a second CTA's takes that role (its softmax and
+    /// epilogue run while the other's GEMMs do), with half the register file: 128 registers
+    /// per thread at launch, 232 for the consumer after setmaxnreg.
+    pub fn wgmma_ctas_per_sm(&self) -> u32 {
+        if self.tile_m == 64
+            && self.wgmma_layout(SM90_SMEM_SHARE_OF_2).smem_bytes <= SM90_SMEM_SHARE_OF_2
+        {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// The layout within `limit` bytes of shared memory (its `smem_bytes` exceed it where
+    /// even one Q buffer with O staged in it does not fit).
+    fn wgmma_layout(&self, limit: u32) -> Geometry {
         let stages = WGMMA_STAGES;
         let chunks = |x: u32| x.div_ceil(64);
-        let limit = self.arch.max_dynamic_smem();
         let q_bytes = self.tile_m * 128 * chunks(self.d).max(chunks(self.dv));
         let kv_bytes = stages * self.tile_n * 128 * (chunks(self.d) + chunks(self.dv));
         let o_bytes = self.tile_m * 128 * chunks(self.dv);
@@ -399,6 +422,8 @@ impl KernelSpec {
     pub fn wgmma_registers(&self) -> (u32, u32) {
         if self.tile_m / 64 >= 3 {
             (24, 160)
+        } else if self.wgmma_ctas_per_sm() == 2 {
+            (24, 232)
         } else {
             (24, 240)
         }
@@ -409,7 +434,7 @@ impl KernelSpec {
     /// memory allows the arch's per-CTA limit over this kernel's need.
     pub fn ctas_per_sm(&self) -> u32 {
         if self.imp == Impl::Wgmma {
-            return 1; // the register pool is split between the roles for one CTA
+            return self.wgmma_ctas_per_sm();
         }
         let g = self.geometry();
         let by_regs = (65536 / (g.threads * 255)).max(1);
@@ -472,6 +497,10 @@ impl KernelSpec {
 
 /// K/V pipeline stages of the wgmma kernel.
 pub const WGMMA_STAGES: u32 = 2;
+
+/// Shared memory one of two CTAs on an sm90 SM may take: half the SM's 228 KiB, less the
+/// 1 KiB the driver reserves per CTA.
+const SM90_SMEM_SHARE_OF_2: u32 = 228 * 1024 / 2 - 1024;
 
 impl KernelSpec {
     fn wgmma_can_implement(&self) -> Result<(), Unsupported> {

@@ -45,6 +45,16 @@ fn setup() -> Option<(Arc<CudaContext>, Arc<CudaStream>, FlashAttention)> {
     Some((ctx, stream, fa))
 }
 
+/// `setup`, plus the jit where the tests are built with it: for kernels no plan ships.
+fn setup_jit() -> Option<(Arc<CudaContext>, Arc<CudaStream>, FlashAttention)> {
+    let (ctx, stream, fa) = setup()?;
+    #[cfg(feature = "jit")]
+    let fa = fa.with_jit(fa4gen::runtime::jit::Jit::new(
+        fa4gen::runtime::jit::Jit::default_dir(),
+    ));
+    Some((ctx, stream, fa))
+}
+
 fn run_seed() -> u64 {
     std::env::var("FA4GEN_SEED")
         .ok()
@@ -72,12 +82,14 @@ struct Case {
     pack_gqa: Option<bool>,
     /// Row-stride padding (elements) on q, k, v and out: non-contiguous layouts.
     pad: usize,
+    /// A tile instead of the table's (FA4's `tile_mn`).
+    tile_mn: Option<(u32, u32)>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -90,7 +102,8 @@ impl Case {
             self.window,
             self.lse,
             self.pack_gqa,
-            self.pad
+            self.pad,
+            self.tile_mn
         )
     }
 }
@@ -150,6 +163,7 @@ fn run_case(
     p.window = c.window;
     p.return_lse = c.lse;
     p.pack_gqa = c.pack_gqa;
+    p.tile_mn = c.tile_mn;
     let (qp, qs) = with_row_pad(&q, b, sq, h, c.d, c.pad);
     let (kp, ks) = with_row_pad(&k, b, sk, hkv, c.d, c.pad);
     let (vp, vs) = with_row_pad(&v, b, sk, hkv, c.dv, c.pad);
@@ -276,6 +290,12 @@ fn run_all(label: &str, cases: &[Case]) {
 
 /// `run_all`, and with `want` every non-degenerate case must run on that implementation.
 fn run_all_on(label: &str, cases: &[Case], want: Option<&str>) {
+    run_all_with(label, cases, want, setup)
+}
+
+type Setup = fn() -> Option<(Arc<CudaContext>, Arc<CudaStream>, FlashAttention)>;
+
+fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) {
     let Some((_ctx, stream, fa)) = setup() else {
         return;
     };
@@ -373,6 +393,7 @@ fn oracle_matrix() {
                                 None
                             },
                             pad: 0,
+                            tile_mn: None,
                         });
                     }
                     combo += 1;
@@ -425,6 +446,7 @@ fn oracle_flagship() {
                             lse,
                             pack_gqa: None,
                             pad: if i % 4 == 0 { 8 } else { 0 },
+                            tile_mn: None,
                         });
                     }
                 }
@@ -433,6 +455,69 @@ fn oracle_flagship() {
     }
     let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
     run_all_on("oracle_flagship", &cases, on_hopper.then_some("wgmma"));
+}
+
+/// The flagship's 64-row tiles (one consumer warpgroup, two CTAs per SM), which no plan's
+/// table picks yet: d 64 and 128, tile_n 128 and 64, the three masks, Sq != Sk both ways, odd
+/// sizes; each case run REPEATS times and bit-compared (the CTAs sharing an SM share nothing).
+#[test]
+fn oracle_flagship_m64() {
+    let sizes = [
+        (200, 1),
+        (65, 1031),
+        (1000, 113),
+        (4096, 4096),
+        (191, 7),
+        (127, 200),
+    ];
+    let mut rng = StdRng::seed_from_u64(13);
+    let mut cases = Vec::new();
+    let mut i = 0;
+    for (d, tile) in [
+        (64, (64, 128)),
+        (64, (64, 64)),
+        (128, (64, 128)),
+        (128, (64, 64)),
+    ] {
+        for mask in 0..3 {
+            for _ in 0..2 {
+                let (sq, sk) = sizes[i % sizes.len()];
+                i += 1;
+                let big = sq * sk > 1 << 20;
+                let window = if mask == 2 {
+                    (
+                        Some(rng.random_range(0..=sk as i64)),
+                        Some(rng.random_range(-(sq as i64) / 2..=sk as i64 / 4)),
+                    )
+                } else {
+                    (None, None)
+                };
+                cases.push(Case {
+                    dtype: DType::ALL[i % 2],
+                    d,
+                    dv: d,
+                    batch: if big { 1 } else { 3 },
+                    sq,
+                    sk,
+                    heads: 4,
+                    heads_kv: [4, 2, 1][i % 3],
+                    causal: mask == 1,
+                    window,
+                    lse: i % 2 == 0,
+                    pack_gqa: None,
+                    pad: if i % 3 == 0 { 8 } else { 0 },
+                    tile_mn: Some(tile),
+                });
+            }
+        }
+    }
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    run_all_with(
+        "oracle_flagship_m64",
+        &cases,
+        on_hopper.then_some("wgmma"),
+        setup_jit,
+    );
 }
 
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,
@@ -453,6 +538,7 @@ fn oracle_edges() {
         lse: true,
         pack_gqa: None,
         pad: 0,
+        tile_mn: None,
     };
     let cases = vec![
         Case {

@@ -25,10 +25,11 @@
 // offsets (one map over all rows), K/V at cu_seqlens_k offsets, seqused_q/k lengths. Paged:
 // K/V blocks as TMA boxes of gcd(page_size, 160) rows, each from its page (page sizes
 // that are multiples of 8).
-// Grid: persistent, one CTA per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
+// Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(Sq / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
 // Heads share a KV head in groups of H / Hkv (unpacked GQA). O is staged in the Q rows.
 #include "fa4gen/dtype.cuh"
+#include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mbarrier.cuh"
@@ -97,7 +98,8 @@ constexpr u32 kSmemBar = kSeparateO ? kSmemO + kOBytes : kSmemV + kStages * kVSt
 constexpr u32 kSmemBytes = kSmemBar + (2 * kQBufs + 4 * kStages) * 8 + 1024;  // + slack to align the base to 1024
 static_assert(kThreads == 384 && kSmemBytes == 230496, "layout differs from KernelSpec::geometry");
 static_assert(kD % 16 == 0 && kDvPad == 128 && kTileN % 16 == 0, "tiles the wgmma layouts cannot hold");
-static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536, "register pool overcommitted");
+constexpr int kCtasPerSm = 1;  // 2: one consumer's CTAs take turns at the tensor cores
+static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 / kCtasPerSm, "register pool overcommitted");
 static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
 
 // The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
@@ -168,8 +170,15 @@ struct Tile {
 // all the diagonal's longest tiles).
 struct Tiles {
   int m_blocks, count;
+  // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
+  // pairs masked), heads, the GQA group.
+  FastDivmod by_fast, by_heads, by_group;
   FA4_DEVICE explicit Tiles(const FwdParams& p)
-      : m_blocks((p.seqlen_q + kTileM - 1) / kTileM), count(m_blocks * p.heads * p.batch) {}
+      : m_blocks((p.seqlen_q + kTileM - 1) / kTileM),
+        count(m_blocks * p.heads * p.batch),
+        by_fast(kMask == MaskKind::None ? m_blocks : p.heads * p.batch),
+        by_heads(p.heads),
+        by_group(p.group) {}
   // The tile of this CTA's round j (>= count: none; a non-persistent CTA has only its own).
   FA4_DEVICE int nth(int j) const {
     if (!kPersistent) return j == 0 ? (int)blockIdx.x : count;
@@ -178,13 +187,13 @@ struct Tiles {
   }
   FA4_DEVICE Tile at(int tile, const FwdParams& p) const {
     Tile w;
-    const int hb_count = count / m_blocks;
-    const int mb = kMask == MaskKind::None ? tile % m_blocks : tile / hb_count;
-    const int hb = kMask == MaskKind::None ? tile / m_blocks : tile % hb_count;
+    int slow, fast;  // tile = slow * by_fast.divisor + fast
+    by_fast.divmod(tile, slow, fast);
+    const int mb = kMask == MaskKind::None ? fast : slow;
+    const int hb = kMask == MaskKind::None ? slow : fast;
     const int m_block = kMask == MaskKind::None ? mb : m_blocks - 1 - mb;
-    w.head = hb % p.heads;
-    w.batch = hb / p.heads;
-    w.head_kv = w.head / p.group;
+    by_heads.divmod(hb, w.batch, w.head);
+    w.head_kv = by_group.div(w.head);
     w.m0 = m_block * kTileM;
     const SeqInfo<kVarlen, kPaged> seq(p, w.batch);
     w.seqlen_q = seq.seqlen_q;
@@ -249,18 +258,30 @@ FA4_DEVICE void softcap_block(float (&s)[kNT][4], float softcap_scale) {
     for (int e = 0; e < 4; ++e) s[nt][e] = tanh_accurate(s[nt][e] * softcap_scale);
 }
 
-// Hide the keys outside each row's visible range [lo, hi) of a boundary block.
+// Hide the keys outside each row's visible range [lo, hi) of a boundary block. A thread holds
+// columns n0 + 2t + 8 nt + e of its two rows (nt < kNT, e < 2): for each (row, e) the visible
+// nt form one range, turned into a bit mask with a few integer operations; each element then
+// tests one constant bit (ptxas turns those into R2P predicates), instead of comparing its
+// column with both bounds.
+FA4_DEVICE u32 low_bits(int k) {  // k in [0, kNT]
+  if constexpr (kNT < 32) return (1u << k) - 1u;
+  return k >= 32 ? ~0u : (1u << k) - 1u;
+}
 FA4_DEVICE void mask_block(float (&s)[kNT][4], const BottomRightMask<kMask>& mask, int query0, int n0, int t) {
+  static_assert(kNT <= 32, "one 32-bit mask per row");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int lo = mask.lo(query0 + 8 * h), hi = mask.hi(query0 + 8 * h);
+    const int base = n0 + 2 * t;
+    const int lo = mask.lo(query0 + 8 * h) - base, hi = mask.hi(query0 + 8 * h) - base;
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+    for (int e = 0; e < 2; ++e) {
+      // nt is visible iff lo <= 8 nt + e < hi, i.e. ceil((lo - e) / 8) <= nt < ceil((hi - e) / 8).
+      const int a = min(max((lo - e + 7) >> 3, 0), kNT), b = min(max((hi - e + 7) >> 3, 0), kNT);
+      const u32 bits = low_bits(b) & ~low_bits(a);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int j = n0 + nt * 8 + 2 * t + e;
-        if (j < lo || j >= hi) s[nt][2 * h + e] = neg_inf();
-      }
+      for (int nt = 0; nt < kNT; ++nt)
+        if (!((bits >> nt) & 1u)) s[nt][2 * h + e] = neg_inf();
+    }
   }
 }
 
@@ -297,7 +318,7 @@ FA4_DEVICE void store_rows(const FwdParams& p, const Tile& w, u32 staged, int ro
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
 fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n160_q1_causal_lse(const __grid_constant__ FwdParams p, const __grid_constant__ TmaMaps maps) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const u32 base = (smem_u32(smem) + 1023u) & ~1023u;  // swizzle atoms need 1024-byte alignment

@@ -12,6 +12,7 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   decode     Sq = 1, d128, H32/Hkv8, B in {1, 8, 64}, Sk in {4k, 32k, 128k}, contiguous and
              page 128: split-KV (heuristic) and unsplit, as KV bandwidth, beside SDPA; plus a
              check that a captured decode step replays to the eager result bit for bit
+  dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
 import json
@@ -160,16 +161,19 @@ def varlen():
     emit(**row)
 
 
-def paged():
+def paged(rounds=5):
+    """Paged vs contiguous K/V on the same shape. Every variant is timed in each of `rounds`
+    interleaved rounds and reported as its median: single back-to-back timings of this shape
+    moved by up to 20% between runs (clocks), more than the effect measured."""
     b, sq, sk, h, hkv, d = 8, 1024, 4096, 32, 8, 128
     q = torch.randn(b, sq, h, d, device=DEV, dtype=BF)
     k = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
     v = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
-    t_contig = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True), 1)
-    t_contig128 = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, tile_mn=(128, 128)), 1)
-    row = dict(bench="paged-prefill B8 Sq1024 Sk4096 d128 H32/8", contiguous_ms=round(t_contig, 4),
-               contiguous_kernel=fa4gen.kernel_name(q, k, v, causal=True),
-               contiguous_tile128x128_ms=round(t_contig128, 4))
+    calls = {"contiguous": lambda i: fa4gen.flash_attn_func(q, k, v, causal=True),
+             "contiguous_tile128x128": lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, tile_mn=(128, 128))}
+    row = dict(bench="paged-prefill B8 Sq1024 Sk4096 d128 H32/8", rounds=rounds,
+               contiguous_kernel=fa4gen.kernel_name(q, k, v, causal=True))
+    keep = []
     for page in (128, 16):
         pps = sk // page
         perm = torch.randperm(b * pps + 7, device=DEV)[: b * pps].to(torch.int32).view(b, pps)
@@ -177,20 +181,33 @@ def paged():
         vpg = torch.empty_like(kpg)
         kpg[perm.flatten().long()] = k.reshape(b * pps, page, hkv, d)
         vpg[perm.flatten().long()] = v.reshape(b * pps, page, hkv, d)
-        t = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True), 1)
+        keep.append((kpg, vpg, perm))
+
+        def call(tile, kpg=kpg, vpg=vpg, perm=perm):
+            return lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True, tile_mn=tile)
+        calls[f"page{page}"] = call(None)
         for tile in ((128, 128), (128, 160)):  # the tile sweep for paged K/V
-            tt = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True,
-                                                                       tile_mn=tile), 1)
-            row[f"page{page}_tile{tile[0]}x{tile[1]}_ms"] = round(tt, 4)
+            calls[f"page{page}_tile{tile[0]}x{tile[1]}"] = call(tile)
         # Bit-equality against contiguous K/V on the paged kernel's tile (the sm90 flagship
         # takes 128x128 for whole 128-key pages, its table's 128x160 for pages of 16).
         refs = [fa4gen.flash_attn_func(q, k, v, causal=True, tile_mn=t)[0] for t in (None, (128, 128))]
         got = fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True)[0]
-        row[f"page{page}_ms"] = round(t, 4)
-        row[f"page{page}_fraction_of_contiguous"] = round(t_contig / t, 3)
         row[f"page{page}_equals_contiguous"] = any(bool(torch.equal(r, got)) for r in refs)
-        del kpg, vpg
+    times = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, fn in calls.items():
+            times[name].append(graph_time_ms(fn, 1))
+    med = {name: sorted(ts)[len(ts) // 2] for name, ts in times.items()}
+    for name, ms in med.items():
+        row[f"{name}_ms"] = round(ms, 4)
+    for page in (128, 16):
+        row[f"page{page}_fraction_of_contiguous"] = round(med["contiguous"] / med[f"page{page}"], 3)
+        row[f"page{page}_fraction_of_best_contiguous"] = round(
+            min(med["contiguous"], med["contiguous_tile128x128"]) / med[f"page{page}"], 3)
+    row["spread_contiguous_ms"] = [round(x, 4) for x in sorted(times["contiguous"])]
+    row["spread_page16_ms"] = [round(x, 4) for x in sorted(times["page16"])]
     emit(**row)
+    del keep
 
 
 def decode():
@@ -285,6 +302,26 @@ def decode_splits():
         torch.cuda.empty_cache()
 
 
+def dense_tiles():
+    """The flagship's dense tiles beside the table's, B*S = 16k, H*d = 2048 (the #4 matrix's
+    shapes), e.g. tile_m 64, whose CTAs pair up two per SM. Not in the default sections."""
+    for d, s in ((64, 4096), (64, 16384), (128, 4096)):
+        b, h = 16384 // s, 2048 // d
+        q, k, v = (torch.randn(b, s, h, d, device=DEV, dtype=BF) for _ in range(3))
+        for causal in (False, True):
+            flops = 4 * b * h * s * s * d / (2 if causal else 1)
+            for tile in (None, (64, 128), (64, 64), (128, 64)):
+                try:
+                    ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=causal, tile_mn=tile), 1)
+                except Exception as e:  # noqa: BLE001
+                    emit(bench="dense-tiles", d=d, S=s, causal=causal, tile=tile, error=str(e)[:200])
+                    continue
+                emit(bench="dense-tiles", d=d, S=s, causal=causal, tile=tile, ms=round(ms, 4),
+                     tflops=round(flops / ms / 1e9, 1),
+                     kernel=fa4gen.kernel_name(q, k, v, causal=causal, tile_mn=tile))
+        del q, k, v
+
+
 def warm_up_clocks(seconds=1.0):
     """Run the GPU busy for a while so the first timed section does not meet ramping clocks."""
     a = torch.randn(4096, 4096, device=DEV, dtype=BF)
@@ -300,10 +337,11 @@ def warm_up_clocks(seconds=1.0):
 
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "decode": decode, "decode-tiles": decode_tiles,
-            "decode-splits": decode_splits}
+            "decode-splits": decode_splits, "dense-tiles": dense_tiles}
+DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":
     with torch.no_grad():
         warm_up_clocks()
-        for name in sys.argv[1:] or SECTIONS:
+        for name in sys.argv[1:] or DEFAULT:
             SECTIONS[name]()
