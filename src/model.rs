@@ -198,7 +198,7 @@ impl ModelAttention {
                                 out.extend(class.flagship_for_pages(128));
                                 out.extend(class.flagship_for_pages(16));
                             } else {
-                                out.extend(class.flagship());
+                                out.extend(class.flagship_by_length());
                             }
                         }
                     }
@@ -279,7 +279,13 @@ mod tests {
                 if arch == Arch::Sm90 && flagship_dims {
                     let (paged, unpaged): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
                         flagship.iter().partition(|s| s.feat.paged);
-                    assert_eq!(unpaged.len(), per * 2 * 2, "{name} {arch}");
+                    // Two tiles by sequence length at d <= 128 (`flagship_by_length`).
+                    let by_length = if (65..=128).contains(&m.head_dim.max(m.head_dim_v)) {
+                        2
+                    } else {
+                        1
+                    };
+                    assert_eq!(unpaged.len(), per * 2 * 2 * by_length, "{name} {arch}");
                     assert!(
                         (per * 2 * 2..=per * 2 * 4).contains(&paged.len()),
                         "{name} {arch}: {}",

@@ -171,7 +171,7 @@ pub fn select_with(
                 }),
                 None => match p.paged {
                     Some(pg) => unpacked.flagship_for_pages(pg.page_size),
-                    None => unpacked.flagship(),
+                    None => unpacked.flagship_for_keys(p.seqlen_k),
                 },
             };
             if let Some(s) = s {
@@ -388,10 +388,30 @@ mod tests {
         assert!(!s.spec.pack_gqa);
         assert_eq!(s.spec.mask, Mask::Causal);
         assert_eq!(s.grid, (132, 1, 1)); // persistent: 8 x 16 x 3 tiles over the SMs
+        // 4096 keys: 32 blocks of 128 cost no more than 26 of 160 (the last one padded).
         assert_eq!(
             s.spec.stem(),
-            "fwd.sm90.wgmma.fp16.d128x128.m128n160.q1.causal"
+            "fwd.sm90.wgmma.fp16.d128x128.m128n128.q1.causal"
         );
+        // Longer: the table's wider tile (the fitted cost's crossover lies between 8k and 16k
+        // keys); shorter: no padded 160-key block.
+        for (sk, tile_n) in [
+            (16384, 160),
+            (8192, 128),
+            (1024, 128),
+            (512, 128),
+            (160, 160),
+        ] {
+            p.seqlen_k = sk;
+            assert_eq!(sel(&p, &H200).spec.tile_n, tile_n, "Sk {sk}");
+        }
+        // d 64 and d 256 have one wide tile.
+        let mut p = Problem::new(DType::Bf16, 1, 1000, 512, 16, 16, 256, 256);
+        assert_eq!(sel(&p, &H200).spec.tile_n, 80);
+        p.head_dim = 64;
+        p.head_dim_v = 64;
+        p.seqlen_k = 100;
+        assert_eq!(sel(&p, &H200).spec.tile_n, 128);
     }
 
     /// vLLM's FA4 warm-up probes (fa4_cutedsl_config.py): (Sq, Sk) for batch 1 and 2, causal x

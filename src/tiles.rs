@@ -82,6 +82,32 @@ impl SpecClass {
         self.flagship_tiles().next()
     }
 
+    /// The flagship for `seqlen_k` keys (the longest sequence's): among the table's wide tiles
+    /// (`flagship_by_length`) the one with the fewest block-costs, a block of n keys costing n +
+    /// `BLOCK_OVERHEAD_KEYS` (its softmax rescale, barriers and pipeline turn). The table is
+    /// ordered for long sequences, where wider blocks amortise that overhead; a short one pays
+    /// for a last block's padding instead: at d 128 (H200, B·S 16k, same run) 128x128 ran
+    /// 571/288 TFLOP/s full/causal at S 512 against 464/261 for 128x160, 576/374 against
+    /// 529/339 at 1k, 622/482 against 615/477 at 4k; the table's 128x160 is ahead at 16k.
+    pub fn flagship_for_keys(self, seqlen_k: usize) -> Option<KernelSpec> {
+        let cost = |s: &KernelSpec| {
+            let n = s.tile_n as usize;
+            seqlen_k.div_ceil(n).max(1) * (n + BLOCK_OVERHEAD_KEYS)
+        };
+        // min_by_key keeps the first of equal costs: the table's order breaks ties.
+        self.flagship_by_length().min_by_key(cost)
+    }
+
+    /// The flagship tiles `flagship_for_keys` chooses among: the table's first, and the others
+    /// of its tile_m at least 128 keys wide (the narrower ones exist for registers or local
+    /// masks, not for short sequences). Plans carry all of them.
+    pub fn flagship_by_length(self) -> impl Iterator<Item = KernelSpec> {
+        let first = self.flagship();
+        self.flagship_tiles().filter(move |s| {
+            first.is_some_and(|f| *s == f || (s.tile_m == f.tile_m && s.tile_n >= 128))
+        })
+    }
+
     /// The flagship for paged K/V of `page_size` keys, whose blocks TMA loads as boxes of
     /// gcd(page_size, tile_n) rows, one per page. Each box costs: on the H200 (d 128, B 8,
     /// Sq 1k, Sk 4k, H 32/8, causal; contiguous 128x160 0.753 ms, 128x128 0.838 ms) page 128
@@ -166,6 +192,11 @@ fn decode_candidates(d: u32, dv: u32) -> &'static [(u32, u32)] {
         &[(64, 64), (64, 32)]
     }
 }
+
+/// What a K block costs beyond its keys, in keys (`SpecClass::flagship_for_keys`): fitted to
+/// the d 128 measurements there (128x128 and 128x160 even at 4k keys, 128x128 ahead by the
+/// padding of a last 160-key block at 512 and 1k).
+pub const BLOCK_OVERHEAD_KEYS: usize = 10;
 
 /// The largest packed row count that selects a decode tile.
 pub const DECODE_ROWS: usize = 64;
