@@ -423,14 +423,7 @@ fn oracle_flagship() {
                         let (sq, sk) = (sqs[i % sqs.len()], sks[(i * 7 + 3) % sks.len()]);
                         i += 1;
                         let big = sq * sk > 1 << 20;
-                        let window = if mask == 2 {
-                            (
-                                Some(rng.random_range(0..=sk as i64)),
-                                Some(rng.random_range(-(sq as i64) / 2..=sk as i64 / 4)),
-                            )
-                        } else {
-                            (None, None)
-                        };
+                        let window = random_window(&mut rng, mask, sq, sk);
                         let g = [1, 2, 4][i % 3];
                         cases.push(Case {
                             dtype,
@@ -455,6 +448,23 @@ fn oracle_flagship() {
     }
     let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
     run_all_on("oracle_flagship", &cases, on_hopper.then_some("wgmma"));
+}
+
+/// Mask 2 (local): a random window (left in 0..=Sk, right from -Sq/2 to Sk/4, so some rows
+/// see nothing); masks 0 and 1: none.
+fn random_window(
+    rng: &mut StdRng,
+    mask: usize,
+    sq: usize,
+    sk: usize,
+) -> (Option<i64>, Option<i64>) {
+    if mask != 2 {
+        return (None, None);
+    }
+    (
+        Some(rng.random_range(0..=sk as i64)),
+        Some(rng.random_range(-(sq as i64) / 2..=sk as i64 / 4)),
+    )
 }
 
 /// The flagship's 64-row tiles (one consumer warpgroup, two CTAs per SM), which no plan's
@@ -484,14 +494,7 @@ fn oracle_flagship_m64() {
                 let (sq, sk) = sizes[i % sizes.len()];
                 i += 1;
                 let big = sq * sk > 1 << 20;
-                let window = if mask == 2 {
-                    (
-                        Some(rng.random_range(0..=sk as i64)),
-                        Some(rng.random_range(-(sq as i64) / 2..=sk as i64 / 4)),
-                    )
-                } else {
-                    (None, None)
-                };
+                let window = random_window(&mut rng, mask, sq, sk);
                 cases.push(Case {
                     dtype: DType::ALL[i % 2],
                     d,
