@@ -75,23 +75,34 @@ pub struct Prefer {
     pub decode: bool,
     /// The sm90 flagship (`Impl::Wgmma`) for the classes it implements.
     pub flagship: bool,
+    /// The flagship's tile by key length (`SpecClass::flagship_for_keys`), else its table's
+    /// first tile (all that libraries built before the length rule ship).
+    pub by_length: bool,
 }
 
 impl Prefer {
     pub const ALL: Prefer = Prefer {
         decode: true,
         flagship: true,
+        by_length: true,
     };
-    /// Best first: everything; no decode tile; the portable table alone.
-    pub const FALLBACKS: [Prefer; 3] = [
+    /// Best first: everything; no decode tile; the flagship's table tile; the portable table
+    /// alone.
+    pub const FALLBACKS: [Prefer; 4] = [
         Prefer::ALL,
         Prefer {
             decode: false,
+            ..Prefer::ALL
+        },
+        Prefer {
+            decode: false,
             flagship: true,
+            by_length: false,
         },
         Prefer {
             decode: false,
             flagship: false,
+            by_length: false,
         },
     ];
 }
@@ -150,6 +161,15 @@ pub fn select_with(
         && p.seqlen_k > 0
         && p.pack_gqa != Some(true)
         && crate::runtime::tma::problem_fits(p);
+    // The keys one Q tile visits: all of Sk, or (local) its window's span over a 128-row tile.
+    let keys_visited = match v.mask {
+        Mask::Local => p.seqlen_k.min(
+            (v.params.window_left as usize)
+                .saturating_add(v.params.window_right.max(0) as usize)
+                .saturating_add(1 + 128),
+        ),
+        _ => p.seqlen_k,
+    };
     let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
         if decode && let Some(s) = class.decode() {
             return Ok(s);
@@ -171,7 +191,8 @@ pub fn select_with(
                 }),
                 None => match p.paged {
                     Some(pg) => unpacked.flagship_for_pages(pg.page_size),
-                    None => unpacked.flagship_for_keys(p.seqlen_k),
+                    None if prefer.by_length => unpacked.flagship_for_keys(keys_visited),
+                    None => unpacked.flagship(),
                 },
             };
             if let Some(s) = s {
@@ -375,6 +396,7 @@ mod tests {
         let prefer = Prefer {
             decode: false,
             flagship: false,
+            by_length: false,
         };
         let s = select_with(&p, &p.validate().unwrap(), &H200, prefer).unwrap();
         assert_eq!(s.spec.imp, Impl::Portable);
@@ -405,6 +427,22 @@ mod tests {
             p.seqlen_k = sk;
             assert_eq!(sel(&p, &H200).spec.tile_n, tile_n, "Sk {sk}");
         }
+        // A library built before the length rule ships the table's tile only: the fallback
+        // after the by-length pick is that tile, still the flagship (not the portable kernel).
+        p.seqlen_k = 4096;
+        let v = p.validate().unwrap();
+        let by_table = select_with(&p, &v, &H200, Prefer::FALLBACKS[2]).unwrap();
+        assert_eq!(
+            (by_table.spec.imp, by_table.spec.tile_n),
+            (Impl::Wgmma, 160)
+        );
+        // A local window's keys are its span, not Sk: a 256-key window on 16k keys is short.
+        p.seqlen_k = 16384;
+        p.causal = false;
+        p.window = (Some(255), Some(0));
+        assert_eq!(sel(&p, &H200).spec.tile_n, 128);
+        p.window = (Some(8191), Some(0));
+        assert_eq!(sel(&p, &H200).spec.tile_n, 160);
         // d 64 and d 256 have one wide tile.
         let mut p = Problem::new(DType::Bf16, 1, 1000, 512, 16, 16, 256, 256);
         assert_eq!(sel(&p, &H200).spec.tile_n, 80);

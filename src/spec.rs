@@ -209,8 +209,8 @@ pub struct Geometry {
     /// Paged kernels: two slots of `tile_n + 1` page-table entries (int32), prefetched one K
     /// block ahead (0 bytes otherwise).
     pub smem_pages: u32,
-    /// Where O is staged for the store: the Q rows (`smem_q`), or its own rows (wgmma, where
-    /// shared memory allows: the next tile's Q then loads during this tile's epilogue).
+    /// Where O is staged for the store: the Q rows (`smem_q`; wgmma: the tile's Q buffer), or
+    /// its own rows (wgmma, where shared memory allows after the Q buffers).
     pub smem_o: u32,
     pub smem_bytes: u32,
     /// K/V pipeline stages (portable: one K and one V buffer).
@@ -410,7 +410,7 @@ impl KernelSpec {
         }
     }
 
-    /// Whether the wgmma kernel is persistent (one CTA per SM walking the tiles) or takes one
+    /// Whether the wgmma kernel is persistent (`ctas_per_sm` CTAs per SM walking the tiles) or takes one
     /// tile per CTA: at dv 256 the state a tile loop carries does not fit beside the 128 O
     /// accumulators per thread (240-264 bytes of spills, NVRTC 13.5).
     pub fn wgmma_persistent(&self) -> bool {

@@ -18,8 +18,9 @@
 //       with the next block's S = Q K^T issued before this block's P V so the softmax of one
 //       overlaps the tensor cores' work on the other (intra-warpgroup overlap), and the
 //       consumers taking turns to issue their GEMMs (ping-pong on named barriers) so one's
-//       softmax overlaps the other's GEMMs; then the epilogue: O / l to 16-bit into the Q
-//       tile's shared memory (128-byte swizzle) and one TMA store per consumer.
+//       softmax overlaps the other's GEMMs; then the epilogue: O / l to 16-bit into shared
+//       memory (128-byte swizzle; O's own rows, else the tile's Q buffer) and one TMA store per
+//       consumer.
 // Features: sink=false softcap=false varlen=false paged=false
 // (split-KV and packed-GQA calls go to the portable kernel). Varlen: Q/O rows at cu_seqlens_q
 // offsets (one map over all rows), K/V at cu_seqlens_k offsets, seqused_q/k lengths. Paged:
@@ -52,7 +53,7 @@ constexpr MaskKind kMask = MaskKind::Causal;
 constexpr bool kWriteLse = true;
 constexpr bool kSink = false, kSoftcap = false;  // serving features of dense prefill
 constexpr bool kVarlen = false, kPaged = false;  // per-sequence lengths / pages
-constexpr bool kPersistent = true;  // one CTA per SM walking the tiles (else one tile per CTA)
+constexpr bool kPersistent = true;  // CTAs (kCtasPerSm per SM) walking the tiles (else one tile per CTA)
 // K/V rows past a sequence's end are another sequence's, a page's slack or padding: not zero,
 // maybe not even finite. Masked scores ignore K's; V's tail rows are zeroed in shared memory
 // before P V (0 * NaN would poison O). Dense K/V is zero-filled by TMA at the tensor's end.
@@ -103,10 +104,11 @@ static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 / 
 static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
 
 // The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
-// packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages.
+// packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages — or, with
+// K/V in 8-row groups, 5-d (64 columns, 8 rows, column block, row group, head).
 struct TmaMaps {
   TensorMap q;  // box (64, kTileM): the Q tile, one 64-column block per load
-  TensorMap k;  // box (64, kTileN), paged: (64, gcd(page_size, kTileN))
+  TensorMap k;  // box (64, kTileN); paged: (64, gcd(page_size, kTileN)), in row groups (64, 8, kDChunks, gcd / 8, 1)
   TensorMap v;  // as k
   TensorMap o;  // box (64, 64): one consumer's rows
 };
@@ -434,7 +436,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d64x64_m128n128_q1_causal_lse(const __grid_constant__
         load_block(sV + s * kVStage, &maps.v, bar.full_v(s), kDvChunks, groups_v, n0, src, w);
       };
       int it = 0;  // K/V blocks loaded so far, across tiles: the ring position
-      int j = 0;   // tiles loaded so far: the Q barrier's phase
+      int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);  // (non-persistent: one iteration)
         if (kVarlen && !w.valid()) continue;
@@ -490,7 +492,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d64x64_m128n128_q1_causal_lse(const __grid_constant__
   if (kPingPong && cons == 0) named_barrier_arrive(kSchedBar, 256);  // consumer 0 goes first
 
   const float scale_log2 = p.scale_log2;
-  // One tile: `j` counts this CTA's tiles (the Q barrier's phase), `it` the K/V blocks consumed
+  // One tile: `j` counts this CTA's tiles (its Q buffer and barrier phase), `it` the K/V blocks consumed
   // so far (the ring position). A non-persistent CTA calls it once with constants, so nothing
   // is carried across a loop.
   // Returns whether the tile had rows (varlen: a shorter sequence's tail Q blocks are empty).

@@ -264,6 +264,15 @@ impl FlashAttention {
             smem_bytes as i32,
         )
         .call("cuFuncSetAttribute")?;
+        if spec.imp == crate::spec::Impl::Wgmma && spec.ctas_per_sm() > 1 {
+            // Two persistent CTAs per SM (grid = 2 x SMs) need both their shares of shared
+            // memory resident: ask for the whole carveout rather than leave it to the driver.
+            func.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                100,
+            )
+            .call("cuFuncSetAttribute")?;
+        }
         let k = Arc::new(Loaded {
             func,
             combine,

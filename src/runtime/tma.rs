@@ -70,7 +70,12 @@ pub fn problem_fits(p: &Problem) -> bool {
 /// groups per page from the strides in `FwdParams`.
 pub fn paged_row_groups(s: &Strides, page_size: usize, num_pages: usize) -> Option<(i64, i64)> {
     let group = s.row.checked_mul(8)?;
-    if s.row <= 0 || s.batch <= 0 || s.batch % group != 0 || !page_size.is_multiple_of(8) {
+    if num_pages == 0
+        || s.row <= 0
+        || s.batch <= 0
+        || s.batch % group != 0
+        || !page_size.is_multiple_of(8)
+    {
         return None;
     }
     let per_page = s.batch / group;
