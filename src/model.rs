@@ -198,7 +198,7 @@ impl ModelAttention {
                                 out.extend(class.flagship_for_pages(128));
                                 out.extend(class.flagship_for_pages(16));
                             } else {
-                                out.extend(class.flagship_by_length());
+                                out.extend(class.flagship_by_shape());
                             }
                         }
                     }
@@ -279,8 +279,8 @@ mod tests {
                 if arch == Arch::Sm90 && flagship_dims {
                     let (paged, unpaged): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
                         flagship.iter().partition(|s| s.feat.paged);
-                    // Two tiles by sequence length at d <= 128 (`flagship_by_length`).
-                    let by_length = if (65..=128).contains(&m.head_dim.max(m.head_dim_v)) {
+                    // Two tiles by shape at d <= 128 (`flagship_by_shape`).
+                    let by_length = if m.head_dim.max(m.head_dim_v) <= 128 {
                         2
                     } else {
                         1

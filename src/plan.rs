@@ -126,7 +126,7 @@ fn default_plan(arch: Arch) -> Vec<KernelSpec> {
                                 feat: Features::default(),
                             };
                             out.extend(class.portable());
-                            out.extend(class.flagship_by_length());
+                            out.extend(class.flagship_by_shape());
                         }
                     }
                 }
@@ -145,9 +145,10 @@ mod tests {
         for arch in Arch::ALL {
             let specs = plan("default", arch).unwrap();
             let per_dim = 2 * 3 * 2 * 2 * tiles::q_stages(arch).len();
-            // sm90 adds the flagship (unpacked) for every head dim, on two tiles for d 96 and
-            // 128 (`flagship_by_length`: 128x160 for long sequences, 128x128 for short).
-            let flagship = if arch == Arch::Sm90 { 7 * 2 * 3 * 2 } else { 0 };
+            // sm90 adds the flagship (unpacked) for every head dim, on two tiles for d 64, 96
+            // and 128 (`flagship_by_shape`: 192x128 or 128x160 for long sequences, 128x128
+            // for short).
+            let flagship = if arch == Arch::Sm90 { 8 * 2 * 3 * 2 } else { 0 };
             assert_eq!(
                 specs.len(),
                 DEFAULT_HEAD_DIMS.len() * per_dim + flagship,

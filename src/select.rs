@@ -16,7 +16,7 @@
 use crate::arch::Arch;
 use crate::runtime::{Error, Problem, Validated};
 use crate::spec::{Features, KernelSpec, Mask};
-use crate::tiles::SpecClass;
+use crate::tiles::{SpecClass, TileShape};
 
 /// What selection needs to know about the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,16 +75,16 @@ pub struct Prefer {
     pub decode: bool,
     /// The sm90 flagship (`Impl::Wgmma`) for the classes it implements.
     pub flagship: bool,
-    /// The flagship's tile by key length (`SpecClass::flagship_for_keys`), else its table's
-    /// first tile (all that libraries built before the length rule ship).
-    pub by_length: bool,
+    /// The flagship's tile by the problem's shape (`SpecClass::flagship_for_shape`), else its
+    /// table's first tile (all that libraries built before the shape rule ship).
+    pub by_shape: bool,
 }
 
 impl Prefer {
     pub const ALL: Prefer = Prefer {
         decode: true,
         flagship: true,
-        by_length: true,
+        by_shape: true,
     };
     /// Best first: everything; no decode tile; the flagship's table tile; the portable table
     /// alone.
@@ -97,12 +97,12 @@ impl Prefer {
         Prefer {
             decode: false,
             flagship: true,
-            by_length: false,
+            by_shape: false,
         },
         Prefer {
             decode: false,
             flagship: false,
-            by_length: false,
+            by_shape: false,
         },
     ];
 }
@@ -161,14 +161,19 @@ pub fn select_with(
         && p.seqlen_k > 0
         && p.pack_gqa != Some(true)
         && crate::runtime::tma::problem_fits(p);
-    // The keys one Q tile visits: all of Sk, or (local) its window's span over a 128-row tile.
-    let keys_visited = match v.mask {
-        Mask::Local => p.seqlen_k.min(
-            (v.params.window_left as usize)
-                .saturating_add(v.params.window_right.max(0) as usize)
-                .saturating_add(1 + 128),
-        ),
-        _ => p.seqlen_k,
+    // What the flagship's tile is chosen for (`SpecClass::flagship_for_shape`).
+    let shape = match v.mask {
+        Mask::None => TileShape::dense(p.seqlen_q, p.seqlen_k),
+        Mask::Causal => TileShape {
+            left: (p.seqlen_q + p.seqlen_k) as i64,
+            right: 0,
+            ..TileShape::dense(p.seqlen_q, p.seqlen_k)
+        },
+        Mask::Local => TileShape {
+            left: v.params.window_left as i64,
+            right: v.params.window_right as i64,
+            ..TileShape::dense(p.seqlen_q, p.seqlen_k)
+        },
     };
     let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
         if decode && let Some(s) = class.decode() {
@@ -191,7 +196,7 @@ pub fn select_with(
                 }),
                 None => match p.paged {
                     Some(pg) => unpacked.flagship_for_pages(pg.page_size),
-                    None if prefer.by_length => unpacked.flagship_for_keys(keys_visited),
+                    None if prefer.by_shape => unpacked.flagship_for_shape(shape),
                     None => unpacked.flagship(),
                 },
             };
@@ -396,7 +401,7 @@ mod tests {
         let prefer = Prefer {
             decode: false,
             flagship: false,
-            by_length: false,
+            by_shape: false,
         };
         let s = select_with(&p, &p.validate().unwrap(), &H200, prefer).unwrap();
         assert_eq!(s.spec.imp, Impl::Portable);
@@ -410,16 +415,20 @@ mod tests {
         assert!(!s.spec.pack_gqa);
         assert_eq!(s.spec.mask, Mask::Causal);
         assert_eq!(s.grid, (132, 1, 1)); // persistent: 8 x 16 x 3 tiles over the SMs
-        // 4096 keys: 32 blocks of 128 cost no more than 26 of 160 (the last one padded).
+        // Causal, Sq 1000 at the end of 4096 keys: each Q tile visits 26-32 blocks of 128 or
+        // 21-26 of 160, the padded last ones costing about the same (a tie the table's 160
+        // wins).
         assert_eq!(
             s.spec.stem(),
-            "fwd.sm90.wgmma.fp16.d128x128.m128n128.q1.causal"
+            "fwd.sm90.wgmma.fp16.d128x128.m128n160.q1.causal"
         );
-        // Longer: the table's wider tile (the fitted cost's crossover lies between 8k and 16k
-        // keys); shorter: no padded 160-key block.
+        // Without a mask, by key length: longer, the table's wider tile (the fitted cost's
+        // crossover lies between 8k and 16k keys); shorter, no padded 160-key block.
+        p.causal = false;
         for (sk, tile_n) in [
             (16384, 160),
             (8192, 128),
+            (4096, 128),
             (1024, 128),
             (512, 128),
             (160, 160),
@@ -427,8 +436,9 @@ mod tests {
             p.seqlen_k = sk;
             assert_eq!(sel(&p, &H200).spec.tile_n, tile_n, "Sk {sk}");
         }
-        // A library built before the length rule ships the table's tile only: the fallback
-        // after the by-length pick is that tile, still the flagship (not the portable kernel).
+        p.causal = true;
+        // A library built before the shape rule ships the table's tile only: the fallback
+        // after the by-shape pick is that tile, still the flagship (not the portable kernel).
         p.seqlen_k = 4096;
         let v = p.validate().unwrap();
         let by_table = select_with(&p, &v, &H200, Prefer::FALLBACKS[2]).unwrap();
@@ -443,13 +453,78 @@ mod tests {
         assert_eq!(sel(&p, &H200).spec.tile_n, 128);
         p.window = (Some(8191), Some(0));
         assert_eq!(sel(&p, &H200).spec.tile_n, 160);
-        // d 64 and d 256 have one wide tile.
-        let mut p = Problem::new(DType::Bf16, 1, 1000, 512, 16, 16, 256, 256);
+        // d 256 has one wide tile.
+        let p = Problem::new(DType::Bf16, 1, 1000, 512, 16, 16, 256, 256);
         assert_eq!(sel(&p, &H200).spec.tile_n, 80);
-        p.head_dim = 64;
-        p.head_dim_v = 64;
-        p.seqlen_k = 100;
-        assert_eq!(sel(&p, &H200).spec.tile_n, 128);
+        // d 64: three consumers (192 rows) where their rate pays for their padding: long
+        // sequences, not 1k causal (H200: 276-280 against 292-302 TFLOP/s) nor a 128-key
+        // window (a 192-row tile spans 3-4 blocks of keys where a 128-row one spans 2).
+        let tile = |b: usize, s: usize, causal: bool, window: Option<i64>| {
+            let mut p = Problem::new(DType::Bf16, b, s, s, 32, 32, 64, 64);
+            p.causal = causal;
+            if window.is_some() {
+                p.window = (window, Some(0));
+            }
+            let s = sel(&p, &H200).spec;
+            (s.tile_m, s.tile_n)
+        };
+        assert_eq!(tile(16, 1024, true, None), (128, 128));
+        assert_eq!(tile(4, 4096, true, None), (192, 128));
+        assert_eq!(tile(4, 4096, false, None), (192, 128));
+        assert_eq!(tile(1, 16384, false, None), (192, 128));
+        assert_eq!(tile(1, 16384, false, Some(127)), (128, 128));
+        assert_eq!(tile(1, 100, false, None), (128, 128));
+    }
+
+    /// `TileShape::visited_blocks` (closed form) against counting each Q tile's blocks the
+    /// way the kernel bounds them.
+    #[test]
+    fn visited_blocks_match_the_kernels_count() {
+        let count = |sh: &TileShape, tm: i64, n: i64| -> u64 {
+            let (sq, sk) = (sh.seqlen_q as i64, sh.seqlen_k as i64);
+            let mut total = 0;
+            for m0 in (0..sq).step_by(tm as usize) {
+                let m1 = (m0 + tm).min(sq);
+                let lo = (m0 + sk - sq - sh.left).clamp(0, sk) / n;
+                let hi = ((m1 + sk - sq + sh.right).clamp(0, sk) + n - 1) / n;
+                total += (hi - lo).max(0) as u64;
+            }
+            total
+        };
+        let mut rng = 0x2545f4914f6cdd1du64;
+        let mut next = |k: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % k
+        };
+        for _ in 0..3000 {
+            let (sq, sk) = (1 + next(3000) as usize, 1 + next(3000) as usize);
+            let all = (sq + sk) as i64;
+            let mut side = || match next(3) {
+                0 => all,
+                1 => 0,
+                _ => next(600) as i64 - 100,
+            };
+            let (left, right) = (side(), side());
+            let sh = TileShape {
+                seqlen_q: sq,
+                seqlen_k: sk,
+                left,
+                right,
+            };
+            // Windows that leave some row nothing are outside the closed form's promise.
+            if sh.left + sh.right < 0 {
+                continue;
+            }
+            for (tm, n) in [(128, 128), (192, 128), (128, 160), (64, 80), (128, 64)] {
+                assert_eq!(
+                    sh.visited_blocks(tm as usize, n as usize),
+                    count(&sh, tm, n),
+                    "{sh:?} {tm}x{n}"
+                );
+            }
+        }
     }
 
     /// vLLM's FA4 warm-up probes (fa4_cutedsl_config.py): (Sq, Sk) for batch 1 and 2, causal x

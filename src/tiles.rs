@@ -82,30 +82,35 @@ impl SpecClass {
         self.flagship_tiles().next()
     }
 
-    /// The flagship for `seqlen_k` keys (the longest sequence's): among the table's wide tiles
-    /// (`flagship_by_length`) the one with the fewest block-costs, a block of n keys costing n +
-    /// `BLOCK_OVERHEAD_KEYS` (its softmax rescale, barriers and pipeline turn). The table is
-    /// ordered for long sequences, where wider blocks amortise that overhead; a short one pays
-    /// for a last block's padding instead: at d 128 (H200, B·S 16k, same run) 128x128 ran
-    /// 571/288 TFLOP/s full/causal at S 512 against 464/261 for 128x160, 576/374 against
-    /// 529/339 at 1k, 622/482 against 615/477 at 4k; the table's 128x160 is ahead at 16k.
-    pub fn flagship_for_keys(self, seqlen_k: usize) -> Option<KernelSpec> {
-        let cost = |s: &KernelSpec| {
-            let n = s.tile_n as usize;
-            seqlen_k.div_ceil(n).max(1) * (n + BLOCK_OVERHEAD_KEYS)
-        };
-        // min_by_key keeps the first of equal costs: the table's order breaks ties.
-        self.flagship_by_length().min_by_key(cost)
+    /// The flagship for a problem's shape: among the table's wide tiles (`flagship_by_shape`)
+    /// the one of least cost, `TileShape::cost`: the blocks its tiles visit (padding rows and
+    /// keys included), each costing its rows times its keys plus `BLOCK_OVERHEAD_KEYS`, over
+    /// the tile's rate. The table is ordered for long sequences; short ones pay for padding
+    /// instead. At d 128 (H200, B·S 16k, same run) 128x128 ran 571/288 TFLOP/s full/causal
+    /// at S 512 against 464/261 for 128x160, 576/374 against 529/339 at 1k, 622/482 against
+    /// 615/477 at 4k; the table's 128x160 is ahead at 16k. At d 64, 192x128 ran 505-520/437
+    /// against 463-471/404-412 for 128x128 at 4k, but 276-280 against 292-302 at 1k causal,
+    /// where a 192-row tile's padding and diagonal cost more than its rate gains.
+    pub fn flagship_for_shape(self, shape: TileShape) -> Option<KernelSpec> {
+        // The first of equal costs wins: the table's order breaks ties.
+        self.flagship_by_shape()
+            .fold(None, |best: Option<(f64, KernelSpec)>, s| {
+                let c = shape.cost(&s);
+                match best {
+                    Some((b, _)) if b <= c => best,
+                    _ => Some((c, s)),
+                }
+            })
+            .map(|(_, s)| s)
     }
 
-    /// The flagship tiles `flagship_for_keys` chooses among: the table's first, and the others
-    /// of its tile_m at least 128 keys wide (the narrower ones exist for registers or local
-    /// masks, not for short sequences). Plans carry all of them.
-    pub fn flagship_by_length(self) -> impl Iterator<Item = KernelSpec> {
+    /// The flagship tiles `flagship_for_shape` chooses among: the table's first, and the
+    /// others at least 128 keys wide (the narrower ones exist for registers or local masks,
+    /// not for short sequences). Plans carry all of them.
+    pub fn flagship_by_shape(self) -> impl Iterator<Item = KernelSpec> {
         let first = self.flagship();
-        self.flagship_tiles().filter(move |s| {
-            first.is_some_and(|f| *s == f || (s.tile_m == f.tile_m && s.tile_n >= 128))
-        })
+        self.flagship_tiles()
+            .filter(move |s| first.is_some_and(|f| *s == f || s.tile_n >= 128))
     }
 
     /// The flagship for paged K/V of `page_size` keys, whose blocks TMA loads as boxes of
@@ -162,7 +167,8 @@ impl SpecClass {
 /// the registers allow next to O. Measured on the H200 (`scripts/gpu-check.sh wgmma-tiles`,
 /// bf16, S = 4096, B·S = 16k, H·d = 2048, TFLOP/s non-causal / causal, before persistence):
 /// - d 64:      128x176 427/392, 128x128 417/395, 192x128 (three consumers) 381/389; after
-///   the K/V release split 128x128 448/408, 128x160 434/397
+///   the K/V release split 128x128 448/408, 128x160 434/397; after the tree-reduced softmax
+///   (session 6) 192x128 505-520/437, 128x128 463-471/404-412
 /// - d 128:     128x176 537/506, 128x128 524/492, 128x112 502/470, 128x64 424/413
 /// - d 192/128: 128x128 538/524, 128x112 529/501, 128x96 513/494
 /// - d 256:     128x80 (registers bound it) and 128x64 for local masks
@@ -171,7 +177,7 @@ impl SpecClass {
 /// Paged kernels pick among the same tiles by page size (`SpecClass::flagship_for_pages`).
 fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
     match d.max(dv) {
-        0..=64 => &[(128, 128), (128, 64)],
+        0..=64 => &[(192, 128), (128, 128), (128, 64)],
         65..=128 => &[(128, 160), (128, 128), (128, 64)],
         129..=192 => &[(128, 128), (128, 112), (128, 64)],
         // 128x80 spilled 48-56 bytes with a local mask (NVRTC 13.5).
@@ -193,10 +199,127 @@ fn decode_candidates(d: u32, dv: u32) -> &'static [(u32, u32)] {
     }
 }
 
-/// What a K block costs beyond its keys, in keys (`SpecClass::flagship_for_keys`): fitted to
-/// the d 128 measurements there (128x128 and 128x160 even at 4k keys, 128x128 ahead by the
-/// padding of a last 160-key block at 512 and 1k).
+/// What a K block costs beyond its keys, in keys (`TileShape::cost`): fitted to the d 128
+/// measurements of `SpecClass::flagship_for_shape` (128x128 and 128x160 even at 4k keys,
+/// 128x128 ahead by the padding of a last 160-key block at 512 and 1k).
 pub const BLOCK_OVERHEAD_KEYS: usize = 10;
+
+/// A wgmma tile's work per cycle relative to two consumer warpgroups (`TileShape::cost`):
+/// three consumers (192 rows) keep the tensor cores busier while the others run their
+/// softmax, 1.09-1.12x at d 64 (H200, S 4k and 16k, 192x128 against 128x128 in one run).
+fn tile_rate(tile_m: u32) -> f64 {
+    if tile_m >= 192 { 1.1 } else { 1.0 }
+}
+
+/// The shape a flagship tile is chosen for (`SpecClass::flagship_for_shape`): the longest
+/// sequence's queries and keys, and the visible keys of query row r, [r + Sk - Sq -
+/// `left`, r + Sk - Sq + `right`] (bottom-right aligned; causal: `right` = 0 and `left`
+/// unbounded; no mask: both unbounded, e.g. Sq + Sk).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileShape {
+    pub seqlen_q: usize,
+    pub seqlen_k: usize,
+    pub left: i64,
+    pub right: i64,
+}
+
+impl TileShape {
+    /// Every key visible to every query.
+    pub fn dense(seqlen_q: usize, seqlen_k: usize) -> TileShape {
+        let all = (seqlen_q + seqlen_k) as i64;
+        TileShape {
+            seqlen_q,
+            seqlen_k,
+            left: all,
+            right: all,
+        }
+    }
+
+    /// The K blocks a kernel on `(tile_m, tile_n)` visits over all its Q tiles, as the kernel
+    /// bounds them (`BottomRightMask::block_lo/block_hi`): Q tile i spans rows [i tm,
+    /// min(i tm + tm, Sq)) and visits blocks floor(lo / n) .. ceil(hi / n) of its keys [lo,
+    /// hi). Closed form (sums of floors, O(log)): selection runs per call.
+    pub fn visited_blocks(&self, tile_m: usize, tile_n: usize) -> u64 {
+        let (sq, sk) = (self.seqlen_q as i64, self.seqlen_k as i64);
+        let (tm, n) = (tile_m as i64, tile_n as i64);
+        if sq == 0 || sk == 0 {
+            return 0;
+        }
+        let m_blocks = (sq + tm - 1) / tm;
+        let off = sk - sq;
+        // Key bounds of Q tile i: lo = first row + off - left, hi = last row + off + right + 1.
+        // All but the last tile are full, so both are linear in i there.
+        let full = m_blocks - 1;
+        let hi_sum = sum_div_clamped(full, tm + off + self.right, tm, sk, n, n - 1)
+            + div_clamped(sq + off + self.right, sk, n, n - 1);
+        let lo_sum = sum_div_clamped(full, off - self.left, tm, sk, n, 0)
+            + div_clamped(full * tm + off - self.left, sk, n, 0);
+        (hi_sum - lo_sum).max(0) as u64
+    }
+
+    /// What running this shape on `s` costs, in key-rows at the rate of a two-consumer tile.
+    pub fn cost(&self, s: &KernelSpec) -> f64 {
+        let blocks = self.visited_blocks(s.tile_m as usize, s.tile_n as usize) as f64;
+        blocks * (s.tile_m as f64) * (s.tile_n as usize + BLOCK_OVERHEAD_KEYS) as f64
+            / tile_rate(s.tile_m)
+    }
+}
+
+/// floor((clamp(x, 0, cap) + add) / n) for n > 0, 0 <= add < n.
+fn div_clamped(x: i64, cap: i64, n: i64, add: i64) -> i64 {
+    (x.clamp(0, cap) + add) / n
+}
+
+/// The sum of `div_clamped(first + i * step, cap, n, add)` over i < count (step > 0): zero
+/// below 0, the capped value above `cap`, and between them a sum of floors of a linear
+/// function (`floor_sum`).
+fn sum_div_clamped(count: i64, first: i64, step: i64, cap: i64, n: i64, add: i64) -> i64 {
+    if count <= 0 {
+        return 0;
+    }
+    // i < i0: first + i step <= 0; i >= i1: first + i step >= cap.
+    let i0 = if first > 0 {
+        0
+    } else {
+        ((-first) / step + 1).min(count)
+    };
+    let i1 = if first >= cap {
+        0
+    } else {
+        ((cap - first + step - 1) / step).min(count)
+    }
+    .max(i0);
+    let middle = floor_sum(
+        (i1 - i0) as u64,
+        n as u64,
+        step as u64,
+        (first + i0 * step + add) as u64,
+    );
+    middle as i64 + (count - i1) * ((cap + add) / n)
+}
+
+/// The sum of floor((a + i * b) / m) over i < count (the classic reduction: swap the roles
+/// of the axes until the slope is below 1; O(log m) steps).
+fn floor_sum(mut count: u64, mut m: u64, mut b: u64, mut a: u64) -> u64 {
+    let mut total = 0u64;
+    loop {
+        if b >= m {
+            total += count.saturating_sub(1) * count / 2 * (b / m);
+            b %= m;
+        }
+        if a >= m {
+            total += count * (a / m);
+            a %= m;
+        }
+        let y_max = b * count + a;
+        if y_max < m {
+            return total;
+        }
+        count = y_max / m;
+        a = y_max % m;
+        std::mem::swap(&mut m, &mut b);
+    }
+}
 
 /// The largest packed row count that selects a decode tile.
 pub const DECODE_ROWS: usize = 64;

@@ -467,11 +467,13 @@ fn random_window(
     )
 }
 
-/// The flagship's 64-row tiles (one consumer warpgroup, two CTAs per SM), which no plan's
-/// table picks yet: d 64 and 128, tile_n 128 and 64, the three masks, Sq != Sk both ways, odd
-/// sizes; each case run REPEATS times and bit-compared (the CTAs sharing an SM share nothing).
+/// The flagship's tiles that selection picks only for some shapes, or not at all: 64 rows (one
+/// consumer warpgroup, two CTAs per SM; no table has them) at d 64 and 128, and d 64's 192x128
+/// (three consumers; long sequences) and 128x128 (short causal ones, windows); the three masks,
+/// Sq != Sk both ways, odd sizes; each case run REPEATS times and bit-compared (the CTAs
+/// sharing an SM share nothing, and three consumers take turns at the tensor cores).
 #[test]
-fn oracle_flagship_m64() {
+fn oracle_flagship_tiles() {
     let sizes = [
         (200, 1),
         (65, 1031),
@@ -488,6 +490,8 @@ fn oracle_flagship_m64() {
         (64, (64, 64)),
         (128, (64, 128)),
         (128, (64, 64)),
+        (64, (192, 128)),
+        (64, (128, 128)),
     ] {
         for mask in 0..3 {
             for _ in 0..2 {
@@ -516,7 +520,7 @@ fn oracle_flagship_m64() {
     }
     let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
     run_all_with(
-        "oracle_flagship_m64",
+        "oracle_flagship_tiles",
         &cases,
         on_hopper.then_some("wgmma"),
         setup_jit,

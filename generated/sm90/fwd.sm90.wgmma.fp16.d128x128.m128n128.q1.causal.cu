@@ -577,7 +577,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1_causal(const __grid_constant__ F
         if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
         if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
         softmax.update(s, scale_log2, corr);  // overlaps P V on the tensor cores
-        wgmma_wait<0>();
+        wgmma_wait_after_work<0>(p.heads);
         fence_regs(o);
         warp_arrive(bar.empty_v(prev));
         pack_p(pa, s[0]);

@@ -4,10 +4,29 @@
 // A warp holds MT m16 fragments of S; each thread owns two rows per fragment (g and g + 8) and
 // 2 columns of each n8 tile, so a row's max needs the 4 threads of a quad (shuffles 1 and 2).
 // The sum stays per-thread until the end: every correction factor is uniform across the quad.
+// A thread's share of a row's max and sum is reduced in four chains, not one: a chain of 2 NT
+// dependent FMNMX (or FADD) waits out each one's latency, and the consumer warp running the
+// softmax has no other warp on its scheduler to fill the gaps (sm90 d 64: the max chain was
+// 16% of the consumer's stall samples).
 #pragma once
 #include "fa4gen/prelude.cuh"
 
 namespace fa4 {
+
+// op over a thread's share of row h (columns 2t, 2t + 1 of each n8 group) of fragment `frag`,
+// in four independent chains (n8 groups nt % 4) joined at the end: a quarter of one chain's
+// latency for four registers (a full tree held one per group, and spilled in the portable
+// kernel's two-fragment softmax).
+template <int NT, class Op>
+FA4_DEVICE float reduce_row(const float (&frag)[NT][4], int h, Op op) {
+  static_assert(NT >= 4, "at least 32 columns");
+  float acc[4];
+#pragma unroll
+  for (int c = 0; c < 4; ++c) acc[c] = op(frag[c][2 * h], frag[c][2 * h + 1]);
+#pragma unroll
+  for (int nt = 4; nt < NT; ++nt) acc[nt % 4] = op(acc[nt % 4], op(frag[nt][2 * h], frag[nt][2 * h + 1]));
+  return op(op(acc[0], acc[1]), op(acc[2], acc[3]));
+}
 
 template <int MT, int NT>
 struct OnlineSoftmax {
@@ -31,10 +50,7 @@ struct OnlineSoftmax {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float mx = row_max[mt][h];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          mx = fmaxf(mx, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        float mx = fmaxf(row_max[mt][h], reduce_row(s[mt], h, [](float a, float b) { return fmaxf(a, b); }));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         // A row masked everywhere so far keeps max -inf: subtract 0 so exp2 sees -inf (p = 0),
@@ -43,16 +59,11 @@ struct OnlineSoftmax {
         const float old = row_max[mt][h];
         corr[mt][h] = old == neg_inf() ? 0.f : fast_exp2((old - mx) * scale_log2);
         row_max[mt][h] = mx;
-        float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = fast_exp2(s[mt][nt][2 * h + e] * scale_log2 - base);
-            s[mt][nt][2 * h + e] = p;
-            sum += p;
-          }
-        row_sum[mt][h] = row_sum[mt][h] * corr[mt][h] + sum;
+          for (int e = 0; e < 2; ++e) s[mt][nt][2 * h + e] = fast_exp2(s[mt][nt][2 * h + e] * scale_log2 - base);
+        row_sum[mt][h] = row_sum[mt][h] * corr[mt][h] + reduce_row(s[mt], h, [](float a, float b) { return a + b; });
       }
   }
 

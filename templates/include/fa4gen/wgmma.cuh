@@ -36,6 +36,21 @@ FA4_DEVICE void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// The same wait, after the work written before it. ptxas (13.5) schedules a wait_group as early
+// as it can in its basic block: the softmax written between a P V's issue and its wait, meant
+// to run while the tensor cores work, ended up after the wait (SASS: WARPGROUP.DEPBAR, then
+// every MUFU.EX2 of the block). A wait in a block of its own stays put: both arms of a branch on
+// `uniform` wait, their asm texts differ so the compiler cannot merge them back into one block,
+// and which arm runs does not matter. `uniform` must be the same across the warpgroup (the
+// wait is .aligned); a kernel parameter is, and the compiler cannot fold it.
+template <int N>
+FA4_DEVICE void wgmma_wait_after_work(int uniform) {
+  if (uniform & 1)
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+  else
+    asm volatile("wgmma.wait_group.sync.aligned %0; // (other arm)" ::"n"(N) : "memory");
+}
+
 // Pin accumulator registers at this point of the program: ordinary code may not move reads or
 // writes of them across an asynchronous wgmma's issue or its wait.
 template <int N>
