@@ -61,7 +61,11 @@ pub fn compile(
         warnings: out
             .log
             .lines()
-            .filter(|l| l.to_ascii_lowercase().contains("warning"))
+            .filter(|l| {
+                // ptxas reports wgmma serialisation (C7510-C7515) as "info", not "warning".
+                let l = l.to_ascii_lowercase();
+                l.contains("warning") || l.contains("performance loss")
+            })
             .map(str::to_string)
             .collect(),
         cubin: out.cubin,

@@ -130,6 +130,7 @@ struct WgmmaFwd<'a> {
     consumer_wgs: u32,
     persistent: bool,
     ctas_per_sm: u32,
+    chain_tiles: bool,
     params_size: usize,
 }
 
@@ -189,6 +190,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 consumer_wgs: spec.tile_m / 64,
                 persistent: spec.wgmma_persistent(),
                 ctas_per_sm: spec.ctas_per_sm(),
+                chain_tiles: spec.wgmma_chain_tiles(),
                 params_size,
             }
             .render()

@@ -492,117 +492,81 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_lse(const __grid_constant__ FwdP
   if (kPingPong && cons == 0) named_barrier_arrive(kSchedBar, 256);  // consumer 0 goes first
 
   const float scale_log2 = p.scale_log2;
-  // One tile: `j` counts this CTA's tiles (its Q buffer and barrier phase), `it` the K/V blocks consumed
-  // so far (the ring position). A non-persistent CTA calls it once with constants, so nothing
-  // is carried across a loop.
-  // Returns whether the tile had rows (varlen: a shorter sequence's tail Q blocks are empty).
-  auto consume = [&](int tile, int j, int& it) -> bool {
-    const Tile w = tiles.at(tile, p);
-    if (kVarlen && !w.valid()) return false;
-    const int qb = j % kQBufs;
-    const u32 sQt = sQ + qb * kQBytes;                  // this tile's Q buffer
-    const u32 sQc = sQt + cons * 64 * 128;              // this consumer's rows in each column block
-    const u32 sOt = kSeparateO ? sO : sQt;              // O's staging: own rows, or the Q buffer
-    const BottomRightMask<kMask> mask = w.mask(p);
-    auto boundary = [&](int n0) { return mask.block_is_partial(w.m0, w.m1, n0, kTileN); };
-
-    float o[kOT][4];
+  float o[kOT][4];
+  float s[1][kNT][4];
+  u32 pa[kTileN / 16][4];
+  float corr[1][2];
+  OnlineSoftmax<1, kNT> softmax;
+  auto zero_o = [&]() {
 #pragma unroll
     for (int i = 0; i < kOT; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
-    float s[1][kNT][4];
-    u32 pa[kTileN / 16][4];
-    float corr[1][2];
-    auto rescale_o = [&]() {
+  };
+  auto rescale_o = [&]() {
 #pragma unroll
-      for (int i = 0; i < kOT; ++i) {
-        o[i][0] *= corr[0][0];
-        o[i][1] *= corr[0][0];
-        o[i][2] *= corr[0][1];
-        o[i][3] *= corr[0][1];
-      }
-    };
-    OnlineSoftmax<1, kNT> softmax;
-    softmax.init();
-
-    mbar_wait(bar.q(qb), (j / kQBufs) & 1);
-    if (w.n_blocks > 0) {
-      // First block: S only.
-      int n0 = (w.n_hi - 1) * kTileN;
-      mbar_wait(bar.full_k(it % kStages), (it / kStages) & 1);
-      turn_begin();
-      wgmma_fence();
-      gemm_qk(s[0], sQc, sK + (it % kStages) * kKStage);
-      wgmma_commit();
-      turn_end();
-      wgmma_wait<0>();
-      fence_regs(s[0]);
-      warp_arrive(bar.empty_k(it % kStages));
-      if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
-      if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
-      softmax.update(s, scale_log2, corr);
-      pack_p(pa, s[0]);
-      if constexpr (kZeroVTail) {
-        // The first visited block holds the sequence's last key: zero V's rows past it before
-        // any P V reads them. Between the consumers' turns, so all of them get here.
-        const int valid = w.seqlen_k - (w.n_hi - 1) * kTileN;
-        if (valid < kTileN) {
-          const int st = it % kStages;
-          mbar_wait(bar.full_v(st), (it / kStages) & 1);
-          zero_rows(sV + st * kVStage, valid, cons * 128 + (tid % 128));
-          fence_proxy_async_smem();  // before the tensor cores (async proxy) read the zeros
-          named_barrier_sync(kTailBar, 128 * kConsumers);
-        }
-      }
-      for (int i = 1; i < w.n_blocks; ++i) {
-        const int prev = it % kStages;
-        ++it;
-        const int st = it % kStages;
-        n0 = (w.n_hi - 1 - i) * kTileN;
-        mbar_wait(bar.full_k(st), (it / kStages) & 1);
-        turn_begin();
-        wgmma_fence();
-        gemm_qk(s[0], sQc, sK + st * kKStage);  // this block's scores ...
-        wgmma_commit();
-        rescale_o();  // O holds blocks < i - 1: rescale while Q K^T runs
-        mbar_wait(bar.full_v(prev), ((it - 1) / kStages) & 1);
-        wgmma_fence();
-        gemm_pv(o, pa, sV + prev * kVStage);  // ... and the previous block's P V
-        wgmma_commit();
-        turn_end();
-        wgmma_wait<1>();
-        fence_regs(s[0]);
-        warp_arrive(bar.empty_k(st));
-        if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
-        if (boundary(n0)) mask_block(s[0], mask, w.m0 + row, n0, t);
-        softmax.update(s, scale_log2, corr);  // overlaps P V on the tensor cores
-        wgmma_wait_after_work<0>(p.heads);
-        fence_regs(o);
-        warp_arrive(bar.empty_v(prev));
-        pack_p(pa, s[0]);
-      }
-      // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
-      if constexpr (kSeparateO) warp_arrive(bar.q_empty(qb));
-      const int last = it % kStages;
-      mbar_wait(bar.full_v(last), (it / kStages) & 1);
-      turn_begin();
-      rescale_o();
-      wgmma_fence();
-      gemm_pv(o, pa, sV + last * kVStage);
-      wgmma_commit();
-      turn_end();
-      wgmma_wait<0>();
-      fence_regs(o);
-      warp_arrive(bar.empty_v(last));
-      ++it;
-    } else if constexpr (kSeparateO) {
-      warp_arrive(bar.q_empty(qb));
+    for (int i = 0; i < kOT; ++i) {
+      o[i][0] *= corr[0][0];
+      o[i][1] *= corr[0][0];
+      o[i][2] *= corr[0][1];
+      o[i][3] *= corr[0][1];
     }
-
-    // ---- epilogue: normalise, stage O (swizzled) in shared memory, TMA store ----
-    // A sink (per head, natural-log units) joins each row's denominator and LSE.
+  };
+  // S = Q K^T of the tile in Q buffer j % kQBufs against K stage `st` (inside a turn).
+  auto issue_qk = [&](int j, int st) {
+    wgmma_fence();
+    gemm_qk(s[0], sQ + (j % kQBufs) * kQBytes + cons * 64 * 128, sK + st * kKStage);
+    wgmma_commit();
+  };
+  // O += P V of V stage `st` (inside a turn).
+  auto issue_pv = [&](int st) {
+    wgmma_fence();
+    gemm_pv(o, pa, sV + st * kVStage);
+    wgmma_commit();
+  };
+  // Block n0's S of tile w has landed: mask it and fold it into the softmax.
+  auto block_softmax = [&](const Tile& w, int n0) {
+    fence_regs(s[0]);
+    if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
+    const BottomRightMask<kMask> mask = w.mask(p);
+    if (mask.block_is_partial(w.m0, w.m1, n0, kTileN)) mask_block(s[0], mask, w.m0 + row, n0, t);
+    softmax.update(s, scale_log2, corr);
+  };
+  // The first visited block (ring position it) of tile w has its S: release K, the softmax.
+  auto first_block = [&](const Tile& w, int it) {
+    const int n0 = (w.n_hi - 1) * kTileN;
+    fence_regs(s[0]);
+    warp_arrive(bar.empty_k(it % kStages));
+    softmax.init();
+    block_softmax(w, n0);
+    if constexpr (kZeroVTail) {
+      // The first visited block holds the sequence's last key: zero V's rows past it before
+      // any P V reads them. Between the consumers' turns, so all of them get here.
+      const int valid = w.seqlen_k - n0;
+      if (valid < kTileN) {
+        const int st = it % kStages;
+        mbar_wait(bar.full_v(st), (it / kStages) & 1);
+        zero_rows(sV + st * kVStage, valid, cons * 128 + (tid % 128));
+        fence_proxy_async_smem();  // before the tensor cores (async proxy) read the zeros
+        named_barrier_sync(kTailBar, 128 * kConsumers);
+      }
+    }
+  };
+  // The tile's rows are done: finalize the softmax (a sink, per head in natural-log units,
+  // joins each row's denominator and LSE), keeping each row's 1 / sum and LSE for the epilogue.
+  float inv[2], lse[2];
+  auto finish_rows = [&](const Tile& w) {
     softmax.template finalize<kSink>(scale_log2, [&](int, int) { return p.sinks[w.head] * kLog2e; });
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      inv[h] = softmax.inv_sum(0, h);
+      lse[h] = softmax.lse(0, h);
+    }
+  };
+
+  // ---- epilogue: normalise, stage O (swizzled) in shared memory, TMA store ----
+  auto epilogue = [&](const Tile& w, int j) {
+    const u32 sOt = kSeparateO ? sO : sQ + (j % kQBufs) * kQBytes;  // O's staging: own rows, or the Q buffer
     // The previous tile's store has finished reading the staging rows. With O staged apart its
     // issuer waits only now, so the store overlaps this tile's main loop; in the Q rows it
     // waited before releasing them.
@@ -614,19 +578,18 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_lse(const __grid_constant__ FwdP
     const int erow = etid / 32 * 16 + etid % 32 / 4 + cons * 64, et = etid % 4;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const float inv = softmax.inv_sum(0, h);
       const int r = erow + 8 * h;
 #pragma unroll
       for (int i = 0; i < kOT; ++i) {
         const int col = i * 8 + 2 * et;
         const u32 addr = sOt + (col / 64) * kQChunk + sw128_offset(r, col % 64);
-        const u32 v = Elem::pack2(o[i][2 * h] * inv, o[i][2 * h + 1] * inv);
+        const u32 v = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
       }
       if (kWriteLse && et == 0 && w.m0 + r < w.seqlen_q) {
         // (B, H, Sq), or (H, total_q) for packed q: q_row is then the row among all.
         const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.m0 : (i64)w.batch * p.lse_batch_stride;
-        p.lse[row0 + w.head * p.lse_head_stride + w.m0 + r] = softmax.lse(0, h);
+        p.lse[row0 + w.head * p.lse_head_stride + w.m0 + r] = lse[h];
       }
     }
     fence_proxy_async_smem();
@@ -647,15 +610,113 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_lse(const __grid_constant__ FwdP
     if constexpr (!kSeparateO) {
       // O was staged in the Q buffer: free once the store has read it. Warp 0's lane 0, the
       // store's issuer, waited for that above; the other warps' reads of it are their own.
-      warp_arrive(bar.q_empty(qb));
+      warp_arrive(bar.q_empty(j % kQBufs));
     }
-    return true;
   };
-  int it = 0;
-  if constexpr (kPersistent) {
-    for (int r = 0, j = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) j += consume(tile, j, it);
-  } else {
-    consume(blockIdx.x, 0, it);
+
+  // The tiles, in the producer's order: `j` counts this CTA's tiles with rows (varlen: a
+  // shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
+  // blocks consumed so far (the ring position). Chained tiles (kChainTiles): a tile's last
+  // P V shares its turn with the next tile's first Q K^T, and that S's softmax runs while the
+  // P V does, before this tile's epilogue; a tile of few blocks (a window, the diagonal, a
+  // short sequence) otherwise waits out both GEMMs' latency every tile. The next tile's Q has
+  // a buffer of its own (with one, and O staged there, it would load only after this tile's
+  // store), and its first K a stage the producer could fill ahead.
+  constexpr bool kChainTiles = false;  // KernelSpec::wgmma_chain_tiles
+  static_assert(!kChainTiles || (kPersistent && kQBufs > 1), "chained tiles: persistent, two Q buffers");
+  auto next_tile = [&](int& r, Tile& w) -> bool {
+    for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
+      w = tiles.at(tile, p);
+      if (!kVarlen || w.valid()) return true;
+    }
+    return false;
+  };
+  int r = 0, j = 0, it = 0;
+  Tile w;
+  bool have = next_tile(r, w);
+  bool head_done = false;  // the tile's first block went through its softmax in the tile before's tail
+  while (have) {
+    const int qb = j % kQBufs;
+    if (!head_done) {
+      zero_o();
+      softmax.init();
+      mbar_wait(bar.q(qb), (j / kQBufs) & 1);
+      if (w.n_blocks > 0) {
+        mbar_wait(bar.full_k(it % kStages), (it / kStages) & 1);
+        turn_begin();
+        issue_qk(j, it % kStages);
+        turn_end();
+        wgmma_wait<0>();
+        first_block(w, it);
+      }
+    }
+    if (w.n_blocks > 0) pack_p(pa, s[0]);
+    for (int i = 1; i < w.n_blocks; ++i) {
+      const int prev = it % kStages;
+      ++it;
+      const int st = it % kStages;
+      mbar_wait(bar.full_k(st), (it / kStages) & 1);
+      turn_begin();
+      issue_qk(j, st);  // this block's scores ...
+      rescale_o();      // O holds blocks < i - 1: rescale while Q K^T runs
+      mbar_wait(bar.full_v(prev), ((it - 1) / kStages) & 1);
+      issue_pv(prev);  // ... and the previous block's P V
+      turn_end();
+      wgmma_wait<1>();
+      fence_regs(s[0]);
+      warp_arrive(bar.empty_k(st));
+      block_softmax(w, (w.n_hi - 1 - i) * kTileN);  // overlaps P V on the tensor cores
+      wgmma_wait_after_work<0>(p.heads);
+      fence_regs(o);
+      warp_arrive(bar.empty_v(prev));
+      pack_p(pa, s[0]);
+    }
+    // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
+    if constexpr (kSeparateO) warp_arrive(bar.q_empty(qb));
+    int rn = r + 1;
+    Tile wn;
+    const bool have_next = next_tile(rn, wn);
+    head_done = kChainTiles && w.n_blocks > 0 && have_next && wn.n_blocks > 0;
+    // (Each path one straight run of GEMMs and waits: a wgmma issued on one path only made
+    // ptxas serialise every wgmma of the kernel.)
+    const int last = it % kStages;
+    if (head_done) {
+      const int itn = it + 1;
+      mbar_wait(bar.q((j + 1) % kQBufs), ((j + 1) / kQBufs) & 1);
+      mbar_wait(bar.full_k(itn % kStages), (itn / kStages) & 1);
+      mbar_wait(bar.full_v(last), (it / kStages) & 1);
+      turn_begin();
+      issue_qk(j + 1, itn % kStages);  // the next tile's first scores ...
+      rescale_o();
+      issue_pv(last);  // ... beside this tile's last P V
+      turn_end();
+      finish_rows(w);
+      wgmma_wait<1>();
+      first_block(wn, itn);  // overlaps the P V
+      wgmma_wait_after_work<0>(p.heads);
+      fence_regs(o);
+      warp_arrive(bar.empty_v(last));
+      ++it;
+    } else if (w.n_blocks > 0) {
+      mbar_wait(bar.full_v(last), (it / kStages) & 1);
+      turn_begin();
+      rescale_o();
+      issue_pv(last);
+      turn_end();
+      wgmma_wait<0>();
+      fence_regs(o);
+      warp_arrive(bar.empty_v(last));
+      ++it;
+      finish_rows(w);
+    } else {
+      finish_rows(w);
+    }
+    epilogue(w, j);
+    if (head_done) zero_o();
+    w = wn;
+    r = rn;
+    ++j;
+    have = have_next;
   }
   // Shared memory must outlive the last store's reads of it.
   if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();

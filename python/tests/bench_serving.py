@@ -115,7 +115,7 @@ def window():
     fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
     # The table's tile, then candidates (the tile sweep for local masks).
-    for tile in (None, (128, 64), (64, 128), (64, 64)):
+    for tile in (None, (128, 64), (64, 128), (64, 64), (192, 128), (192, 64)):
         try:
             t_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0),
                                                                    tile_mn=tile), 1)
