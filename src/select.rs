@@ -415,9 +415,8 @@ mod tests {
         assert!(!s.spec.pack_gqa);
         assert_eq!(s.spec.mask, Mask::Causal);
         assert_eq!(s.grid, (132, 1, 1)); // persistent: 8 x 16 x 3 tiles over the SMs
-        // Causal, Sq 1000 at the end of 4096 keys: each Q tile visits 26-32 blocks of 128 or
-        // 21-26 of 160, the padded last ones costing about the same (a tie the table's 160
-        // wins).
+        // Causal, Sq 1000 at the end of 4096 keys: the Q tiles visit 235 blocks of 128 or 187
+        // of 160 (cost 4.15M against 4.07M key-rows): 160.
         assert_eq!(
             s.spec.stem(),
             "fwd.sm90.wgmma.fp16.d128x128.m128n160.q1.causal"

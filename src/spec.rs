@@ -328,7 +328,7 @@ impl KernelSpec {
     /// The wgmma kernel's layout: a producer warpgroup plus one 64-row consumer warpgroup per
     /// 64 rows of tile_m; every tile stored as 128-byte swizzled 64-column blocks (TMA's
     /// SWIZZLE_128B, what the wgmma descriptors read), 1024-byte aligned; `q_bufs` Q tiles,
-    /// `WGMMA_STAGES` K and V tiles, the O staging tile where it fits (else O is staged in
+    /// `stages` K and V tiles, the O staging tile where it fits (else O is staged in
     /// the current Q buffer), then the barriers (q, q_empty per Q buffer; full and empty for K
     /// and V per stage), plus 1024 bytes of slack to align the dynamic base. `smem_pages` (no
     /// pages here) marks the end of the tiles.
@@ -337,7 +337,8 @@ impl KernelSpec {
     /// rows: with one Q buffer the producer cannot load the next tile's Q, nor its K/V behind
     /// it, before every Q K^T of this tile is done, and a tile of a few blocks (a window, a
     /// short sequence, the causal diagonal) waits for those loads; a second buffer hides
-    /// them, and makes O's own rows unnecessary for that purpose.
+    /// them, and makes O's own rows unnecessary for that purpose. K/V stages beyond
+    /// `WGMMA_STAGES` come last, only where both of those fit beside them (`wgmma_layout`).
     fn wgmma_geometry(&self) -> Geometry {
         self.wgmma_layout(match self.wgmma_ctas_per_sm() {
             2 => SM90_SMEM_SHARE_OF_2,

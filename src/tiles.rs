@@ -238,7 +238,9 @@ impl TileShape {
     /// The K blocks a kernel on `(tile_m, tile_n)` visits over all its Q tiles, as the kernel
     /// bounds them (`BottomRightMask::block_lo/block_hi`): Q tile i spans rows [i tm,
     /// min(i tm + tm, Sq)) and visits blocks floor(lo / n) .. ceil(hi / n) of its keys [lo,
-    /// hi). Closed form (sums of floors, O(log)): selection runs per call.
+    /// hi), both clamped to [0, Sk]. (The kernel clamps lo at 0 only: with a negative left
+    /// window a tile whose keys start past Sk visits nothing, counted here as one block.)
+    /// Closed form (sums of floors, O(log)): selection runs per call.
     pub fn visited_blocks(&self, tile_m: usize, tile_n: usize) -> u64 {
         let (sq, sk) = (self.seqlen_q as i64, self.seqlen_k as i64);
         let (tm, n) = (tile_m as i64, tile_n as i64);

@@ -27,6 +27,9 @@ fn sample_compiles_on_every_family() {
         "fwd.sm100f.portable.bf16.d192x128.m128n64.q2.causal.varlen.paged",
         // sm120 d256 paged needs the page-entry slots beyond 99 KB at 64x64: the table takes 64x32.
         "fwd.sm120.portable.bf16.d256x256.m64n32.q1.causal.lse.packgqa.varlen.paged.sink.softcap.split",
+        // The narrowest tiles `can_implement` accepts (16 keys: two n8 groups per row).
+        "fwd.sm90.portable.bf16.d64x64.m64n16.q1.causal",
+        "fwd.sm90.wgmma.fp16.d64x64.m128n16.q1.local.lse",
     ];
     for stem in stems {
         let spec: KernelSpec = stem.parse().unwrap();

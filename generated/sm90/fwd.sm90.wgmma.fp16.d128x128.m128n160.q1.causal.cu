@@ -623,7 +623,9 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n160_q1_causal(const __grid_constant__ F
   // a buffer of its own (with one, and O staged there, it would load only after this tile's
   // store), and its first K a stage the producer could fill ahead.
   constexpr bool kChainTiles = false;  // KernelSpec::wgmma_chain_tiles
-  static_assert(!kChainTiles || (kPersistent && kQBufs > 1), "chained tiles: persistent, two Q buffers");
+  // (Two stages at least: the next tile's first V, whose tail rows first_block may zero, must
+  // load into a stage other than the last P V's.)
+  static_assert(!kChainTiles || (kPersistent && kQBufs > 1 && kStages >= 2), "chained tiles: persistent, two Q buffers");
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);

@@ -14,18 +14,24 @@
 namespace fa4 {
 
 // op over a thread's share of row h (columns 2t, 2t + 1 of each n8 group) of fragment `frag`,
-// in four independent chains (n8 groups nt % 4) joined at the end: a quarter of one chain's
-// latency for four registers (a full tree held one per group, and spilled in the portable
-// kernel's two-fragment softmax).
+// in four independent chains (n8 groups nt % 4; fewer below 32 columns) joined at the end: a
+// quarter of one chain's latency for four registers (a full tree held one per group, and
+// spilled in the portable kernel's two-fragment softmax).
 template <int NT, class Op>
 FA4_DEVICE float reduce_row(const float (&frag)[NT][4], int h, Op op) {
-  static_assert(NT >= 4, "at least 32 columns");
-  float acc[4];
+  constexpr int kChains = NT < 4 ? NT : 4;
+  float acc[kChains];
 #pragma unroll
-  for (int c = 0; c < 4; ++c) acc[c] = op(frag[c][2 * h], frag[c][2 * h + 1]);
+  for (int c = 0; c < kChains; ++c) acc[c] = op(frag[c][2 * h], frag[c][2 * h + 1]);
 #pragma unroll
-  for (int nt = 4; nt < NT; ++nt) acc[nt % 4] = op(acc[nt % 4], op(frag[nt][2 * h], frag[nt][2 * h + 1]));
-  return op(op(acc[0], acc[1]), op(acc[2], acc[3]));
+  for (int nt = kChains; nt < NT; ++nt) acc[nt % kChains] = op(acc[nt % kChains], op(frag[nt][2 * h], frag[nt][2 * h + 1]));
+  if constexpr (kChains == 4) {
+    return op(op(acc[0], acc[1]), op(acc[2], acc[3]));
+  } else {
+#pragma unroll
+    for (int c = 1; c < kChains; ++c) acc[0] = op(acc[0], acc[c]);
+    return acc[0];
+  }
 }
 
 template <int MT, int NT>
