@@ -192,13 +192,29 @@ impl ModelAttention {
                             out.extend(class.portable());
                             // Decode steps and small chunks select the decode tile.
                             out.extend(class.decode());
-                            // Prefill: the sm90 flagship; with pages, its tiles for the
-                            // common page sizes (whole 128-key pages, and 16).
-                            if paged {
-                                out.extend(class.flagship_for_pages(128));
-                                out.extend(class.flagship_for_pages(16));
-                            } else {
-                                out.extend(class.flagship_by_shape());
+                            // Prefill: the sm90 flagship, packed and unpacked as selection
+                            // takes it (select.rs: packed where the group divides 64, for
+                            // every length at d <= 64 and for short queries above; unpacked
+                            // otherwise); with pages, its tiles for the common page sizes
+                            // (whole 128-key pages, and 16).
+                            let group = self.heads / self.heads_kv.max(1);
+                            let packs =
+                                class.pack_gqa && crate::runtime::tma::packs_group(group as usize);
+                            let unpacks = !packs || self.head_dim.max(self.head_dim_v) > 64;
+                            let unpacked = SpecClass {
+                                pack_gqa: false,
+                                ..class
+                            };
+                            for c in [packs.then_some(class), unpacks.then_some(unpacked)]
+                                .into_iter()
+                                .flatten()
+                            {
+                                if paged {
+                                    out.extend(c.flagship_for_pages(128));
+                                    out.extend(c.flagship_for_pages(16));
+                                } else {
+                                    out.extend(c.flagship_by_shape());
+                                }
                             }
                         }
                     }
@@ -268,7 +284,8 @@ mod tests {
                 let all = m.plan(arch);
                 assert_eq!(all, m.plan(arch), "{name}");
                 // The sm90 flagship serves the unsplit classes (dense, varlen, paged; sinks and
-                // softcap included), unpacked.
+                // softcap included), packed where selection packs (groups dividing 64) and
+                // unpacked where it does not (no group, or d > 64 past 64 queries).
                 let (flagship, a): (Vec<_>, Vec<_>) =
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
                 let flagship_dims =
@@ -285,9 +302,22 @@ mod tests {
                     } else {
                         1
                     };
-                    assert_eq!(unpaged.len(), per * 2 * 2 * by_length, "{name} {arch}");
+                    let group = (m.heads / m.heads_kv) as usize;
+                    let packs = group > 1 && crate::runtime::tma::packs_group(group);
+                    let unpacks = !packs || m.head_dim.max(m.head_dim_v) > 64;
+                    let variants = packs as usize + unpacks as usize;
+                    assert_eq!(
+                        unpaged.len(),
+                        per * 2 * 2 * by_length * variants,
+                        "{name} {arch}"
+                    );
+                    assert_eq!(
+                        unpaged.iter().filter(|s| s.pack_gqa).count(),
+                        per * 2 * 2 * by_length * packs as usize,
+                        "{name} {arch}"
+                    );
                     assert!(
-                        (per * 2 * 2..=per * 2 * 4).contains(&paged.len()),
+                        (per * 2 * 2 * variants..=per * 2 * 4 * variants).contains(&paged.len()),
                         "{name} {arch}: {}",
                         paged.len()
                     );

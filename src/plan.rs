@@ -145,10 +145,14 @@ mod tests {
         for arch in Arch::ALL {
             let specs = plan("default", arch).unwrap();
             let per_dim = 2 * 3 * 2 * 2 * tiles::q_stages(arch).len();
-            // sm90 adds the flagship (unpacked) for every head dim, on two tiles for d 64, 96
-            // and 128 (`flagship_by_shape`: 192x128 or 128x160 for long sequences, 128x128
-            // for short).
-            let flagship = if arch == Arch::Sm90 { 8 * 2 * 3 * 2 } else { 0 };
+            // sm90 adds the flagship, packed and unpacked, for every head dim, on two tiles
+            // for d 64, 96 and 128 (`flagship_by_shape`: 192x128 or 128x160 for long
+            // sequences, 128x128 for short).
+            let flagship = if arch == Arch::Sm90 {
+                8 * 2 * 3 * 2 * 2
+            } else {
+                0
+            };
             assert_eq!(
                 specs.len(),
                 DEFAULT_HEAD_DIMS.len() * per_dim + flagship,

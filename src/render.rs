@@ -131,6 +131,7 @@ struct WgmmaFwd<'a> {
     persistent: bool,
     ctas_per_sm: u32,
     chain_tiles: bool,
+    group_q_blocks: bool,
     params_size: usize,
 }
 
@@ -191,6 +192,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 persistent: spec.wgmma_persistent(),
                 ctas_per_sm: spec.ctas_per_sm(),
                 chain_tiles: spec.wgmma_chain_tiles(),
+                group_q_blocks: spec.wgmma_groups_q_blocks(),
                 params_size,
             }
             .render()

@@ -75,9 +75,9 @@ impl SpecClass {
 
     /// The Hopper flagship (`Impl::Wgmma`) spec on its tile table, when the family is sm90 and
     /// the kernel implements the class (dense, sinks and softcap included, q_stage 1, head
-    /// dims multiples of 16), taken
-    /// unpacked (the flagship does not pack GQA; selection sends explicit packing requests to
-    /// the portable kernel); `None` sends the class to the portable kernel.
+    /// dims multiples of 16), packed or not as the class says (selection unpacks a class
+    /// whose group the flagship cannot pack, `runtime::tma::packs_group`); `None` sends the
+    /// class to the portable kernel.
     pub fn flagship(self) -> Option<KernelSpec> {
         self.flagship_tiles().next()
     }
@@ -130,12 +130,9 @@ impl SpecClass {
             })
     }
 
-    /// The flagship's implementable specs for this class, best first.
+    /// The flagship's implementable specs for this class, best first (packed GQA as the
+    /// class says: selection takes a class unpacked where the flagship cannot pack it).
     fn flagship_tiles(self) -> impl Iterator<Item = KernelSpec> {
-        let unpacked = SpecClass {
-            pack_gqa: false,
-            ..self
-        };
         let table = if self.arch == Arch::Sm90 {
             wgmma_candidates(self.d, self.dv, self.mask)
         } else {
@@ -145,7 +142,7 @@ impl SpecClass {
             .iter()
             .map(move |&(m, n)| KernelSpec {
                 imp: Impl::Wgmma,
-                ..unpacked.on_tile(m, n)
+                ..self.on_tile(m, n)
             })
             .filter(|s| s.can_implement().is_ok())
     }
@@ -221,6 +218,8 @@ pub struct TileShape {
     pub seqlen_k: usize,
     pub left: i64,
     pub right: i64,
+    /// Heads per KV head: a packed-GQA tile of tile_m rows holds tile_m / group queries.
+    pub group: usize,
 }
 
 impl TileShape {
@@ -232,6 +231,7 @@ impl TileShape {
             seqlen_k,
             left: all,
             right: all,
+            group: 1,
         }
     }
 
@@ -259,9 +259,15 @@ impl TileShape {
         (hi_sum - lo_sum).max(0) as u64
     }
 
-    /// What running this shape on `s` costs, in key-rows at the rate of a two-consumer tile.
+    /// What running this shape on `s` costs, in key-rows at the rate of a two-consumer tile
+    /// (packed GQA: each tile's rows are tile_m / group queries of `group` heads).
     pub fn cost(&self, s: &KernelSpec) -> f64 {
-        let blocks = self.visited_blocks(s.tile_m as usize, s.tile_n as usize) as f64;
+        let queries = if s.pack_gqa {
+            (s.tile_m as usize / self.group.max(1)).max(1)
+        } else {
+            s.tile_m as usize
+        };
+        let blocks = self.visited_blocks(queries, s.tile_n as usize) as f64;
         blocks * (s.tile_m as f64) * (s.tile_n as usize + BLOCK_OVERHEAD_KEYS) as f64
             / tile_rate(s.tile_m)
     }

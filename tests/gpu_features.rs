@@ -514,6 +514,7 @@ fn run_all(label: &str, cases: &[Case]) {
     let mut r = StdRng::seed_from_u64(0);
     for c in cases {
         let name = match fa.plan(&build_problem_only(c, &mut r)) {
+            Ok((_, s)) if s.spec.pack_gqa => format!("{}/packed", s.spec.imp.name()),
             Ok((_, s)) => s.spec.imp.name().to_string(),
             Err(_) => "none".to_string(),
         };
@@ -521,11 +522,17 @@ fn run_all(label: &str, cases: &[Case]) {
     }
     println!("{label}: kernels {kernels:?}");
     if label.starts_with("flagship") && fa.device().major == 9 {
-        assert_eq!(
-            kernels.keys().collect::<Vec<_>>(),
-            ["wgmma"],
+        assert!(
+            kernels.keys().all(|k| k.starts_with("wgmma")),
             "every {label} case must select the flagship on sm90"
         );
+        if label.starts_with("flagship_packed") {
+            assert_eq!(
+                kernels.keys().collect::<Vec<_>>(),
+                ["wgmma/packed"],
+                "every {label} case must pack GQA on the flagship"
+            );
+        }
     }
     let mut rng = StdRng::seed_from_u64(seed);
     let mut failures = Vec::new();
@@ -679,6 +686,76 @@ fn flagship_serving() {
         }
     }
     run_all("flagship_serving", &cases);
+}
+
+/// Packed GQA on the sm90 flagship (#5): groups of 2 to 16 heads (rows (query, head in
+/// group), boxes of whole groups), every flagship head dim, dense, ragged and paged batches,
+/// short queries (Sq 1..64, which only packing brings to the flagship) and long, Sq != Sk both
+/// ways, the three masks, sinks (per row's head) and softcap, LSE per row. On an sm90 device
+/// every case must run packed on the flagship.
+#[test]
+fn flagship_packed_gqa() {
+    let mut rng = StdRng::seed_from_u64(47);
+    let layouts = [
+        (false, KLayout::Batched),
+        (true, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Paged(128)),
+        (true, KLayout::Batched),
+        (false, KLayout::Paged(64)),
+    ];
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (d, dv) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
+        for (q_packed, k) in layouts {
+            let g = [8, 2, 4, 16][i % 4];
+            // Short queries (all of them at most 64, with at least 65 packed rows) or long
+            // ones with ends of 0 and 1 rows.
+            let mut seqs = if i.is_multiple_of(2) {
+                let short = 65usize.div_ceil(g).max(1);
+                vec![
+                    (
+                        short + rng.random_range(0..=64 - short),
+                        rng.random_range(1..=900),
+                    ),
+                    (64, 7),
+                    (short, 300),
+                ]
+            } else {
+                let mut seqs = random_seqs(&mut rng, 3, 500, false);
+                seqs.extend([(0, 40), (1, 1), (113, 0)][..1 + i % 3].iter().copied());
+                seqs.push((333, 250 + i % 300));
+                seqs
+            };
+            if !q_packed && matches!(k, KLayout::Batched) {
+                seqs = vec![seqs[0]; 2]; // dense: equal lengths, no seqused
+            }
+            let mut c = Case::base(seqs);
+            c.dtype = DType::ALL[i % 2];
+            c.d = d;
+            c.dv = dv;
+            c.heads = 2 * g;
+            c.heads_kv = 2;
+            c.pack_gqa = Some(true);
+            c.q_packed = q_packed;
+            c.k = k;
+            match i % 3 {
+                0 => c.causal = true,
+                1 => {
+                    c.window = (
+                        Some(rng.random_range(0..200)),
+                        Some(rng.random_range(0..=48)),
+                    )
+                }
+                _ => {}
+            }
+            c.sinks = i % 3 != 2;
+            c.softcap = if i % 4 == 3 { 30.0 } else { 0.0 };
+            cases.push(c);
+            i += 1;
+        }
+    }
+    run_all("flagship_packed_gqa", &cases);
 }
 
 /// #5: ragged batches, pages, windows, sinks, softcap and GQA, alone and together.

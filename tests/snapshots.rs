@@ -49,6 +49,10 @@ fn sm90_wgmma_d128_causal_lse() {
 fn sm90_wgmma_d64_fp16() {
     snap("fwd.sm90.wgmma.fp16.d64x64.m192n128.q1");
 }
+#[test]
+fn sm90_wgmma_packed_gqa_causal_sink() {
+    snap("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.packgqa.sink");
+}
 
 /// Every key field of the flagship changes its code too (its own template).
 #[test]
@@ -87,6 +91,10 @@ fn every_wgmma_key_field_changes_the_source() {
             ..base
         },
         KernelSpec { lse: true, ..base },
+        KernelSpec {
+            pack_gqa: true,
+            ..base
+        },
         KernelSpec {
             feat: fa4gen::spec::Features {
                 sink: true,
@@ -159,6 +167,10 @@ fn every_key_field_changes_the_source() {
             ..base
         },
         KernelSpec { lse: true, ..base },
+        KernelSpec {
+            pack_gqa: true,
+            ..base
+        },
         KernelSpec {
             pack_gqa: true,
             ..base

@@ -137,6 +137,44 @@ fn encode(
     )
 }
 
+/// Q or O with packed GQA rows: `(dim, head, row, batch)`, a box of the `group` heads of a KV
+/// head times `box_rows / group` queries, landing in shared memory as rows (query, head in
+/// group), group fastest: the kernel's packed row order.
+#[allow(clippy::too_many_arguments)]
+fn encode_packed(
+    dtype: DType,
+    ptr: u64,
+    dim: usize,
+    rows: usize,
+    heads: usize,
+    batch: usize,
+    s: &Strides,
+    group: usize,
+    box_rows: u32,
+) -> Result<sys::CUtensorMap, Error> {
+    let elem = dtype.size() as u64;
+    let stride = |v: i64, n: usize| {
+        if n <= 1 { 16 } else { v as u64 * elem }
+    };
+    encode_rank(
+        dtype,
+        ptr,
+        &[dim as u64, heads as u64, rows as u64, batch as u64],
+        &[
+            stride(s.head, heads),
+            stride(s.row, rows),
+            stride(s.batch, batch),
+        ],
+        &[64, group as u32, box_rows / group as u32, 1],
+    )
+}
+
+/// Whether the wgmma kernel can pack a GQA group of `group` heads: its 64-row consumer tiles
+/// (and its Q and O boxes) must hold whole queries.
+pub fn packs_group(group: usize) -> bool {
+    group > 0 && 64 % group == 0
+}
+
 /// Paged K or V in 8-row groups (`paged_row_groups` holds): `(64 columns, 8 rows, dim / 64
 /// column blocks, row groups, heads)`, a box of `box_rows` rows across every column.
 fn encode_row_groups(
@@ -232,20 +270,27 @@ pub fn maps(
         }
         _ => encode(dt, ptr, dim, ks, p.heads_kv, kb, s, kv_box),
     };
+    // Q and O: tiles of `box` rows, packed GQA rows as boxes of whole groups.
+    let group = p.heads / p.heads_kv.max(1);
+    if spec.pack_gqa && !packs_group(group) {
+        return Err(crate::spec::Unsupported::Wgmma {
+            stem: spec.stem(),
+            why: "packs GQA groups of 1, 2, 4, 8, 16, 32 or 64 heads (whole queries per 64 rows)",
+        }
+        .into());
+    }
+    let q_or_o = |ptr: u64, dim: usize, s: &Strides, box_rows: u32| {
+        if spec.pack_gqa {
+            encode_packed(dt, ptr, dim, qs, p.heads, qb, s, group, box_rows)
+        } else {
+            encode(dt, ptr, dim, qs, p.heads, qb, s, box_rows)
+        }
+    };
     Ok(TmaMaps {
-        q: encode(
-            dt,
-            q,
-            p.head_dim,
-            qs,
-            p.heads,
-            qb,
-            &p.q_strides,
-            spec.tile_m,
-        )?,
+        q: q_or_o(q, p.head_dim, &p.q_strides, spec.tile_m)?,
         k: kv_map(k, p.head_dim, &p.k_strides)?,
         v: kv_map(v, p.head_dim_v, &p.v_strides)?,
-        o: encode(dt, o, p.head_dim_v, qs, p.heads, qb, &p.o_strides, 64)?,
+        o: q_or_o(o, p.head_dim_v, &p.o_strides, 64)?,
     })
 }
 

@@ -22,13 +22,13 @@
 //       memory (128-byte swizzle; O's own rows, else the tile's Q buffer) and one TMA store per
 //       consumer.
 // Features: sink=false softcap=false varlen=false paged=false
-// (split-KV and packed-GQA calls go to the portable kernel). Varlen: Q/O rows at cu_seqlens_q
+// (split-KV calls go to the portable kernel). Varlen: Q/O rows at cu_seqlens_q
 // offsets (one map over all rows), K/V at cu_seqlens_k offsets, seqused_q/k lengths. Paged:
 // K/V blocks as TMA boxes of gcd(page_size, 160) rows, each from its page (page sizes
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
-// of the (ceil(Sq / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
-// Heads share a KV head in groups of H / Hkv (unpacked GQA). O is staged in the Q rows.
+// of the (ceil(rows / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
+// Heads share a KV head in groups of H / Hkv (unpacked GQA: rows = Sq). O is staged in the Q rows.
 #include "fa4gen/dtype.cuh"
 #include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
@@ -53,6 +53,7 @@ constexpr MaskKind kMask = MaskKind::Causal;
 constexpr bool kWriteLse = false;
 constexpr bool kSink = false, kSoftcap = false;  // serving features of dense prefill
 constexpr bool kVarlen = false, kPaged = false;  // per-sequence lengths / pages
+constexpr bool kPackGqa = false;  // rows are (query, head-in-group) pairs, group fastest
 constexpr bool kPersistent = true;  // CTAs (kCtasPerSm per SM) walking the tiles (else one tile per CTA)
 // K/V rows past a sequence's end are another sequence's, a page's slack or padding: not zero,
 // maybe not even finite. Masked scores ignore K's; V's tail rows are zeroed in shared memory
@@ -150,13 +151,18 @@ struct Barriers {
   FA4_DEVICE u32 empty_v(int s) const { return base + 8u * (2 * kQBufs + 3 * kStages + s); }
 };
 
-// One work tile: a (kTileM-row Q block, head, batch) and the K blocks it visits.
+// One work tile: a (kTileM-row Q block, head, batch) and the K blocks it visits. With packed
+// GQA a row is a (query, head-in-group) pair, group fastest: rows [m0, m1) are queries
+// [q0, q1) of the group's heads head .. head + G - 1 (kTileM and 64 multiples of G, so every
+// tile and every consumer's 64 rows start at a query's first head).
 struct Tile {
   int m0, m1, head, head_kv, batch, n_hi, n_blocks;
+  int q0, q1;              // the queries of rows [m0, m1)
+  int rows;                // this sequence's rows: Sq, or Sq * G packed
   int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
-  int q_row, q_batch;      // TMA coordinates of query m0 (packed q: among all rows, batch 0)
+  int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
-  FA4_DEVICE bool valid() const { return m0 < seqlen_q; }  // a shorter sequence has fewer Q blocks
+  FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
     return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
   }
@@ -169,18 +175,27 @@ struct Tile {
 // (furthest down the Q axis) first, heads fastest: a round's tiles cost nearly the same and
 // the snake evens out the rest (simulated max/mean work per CTA 1.00-1.03 for S 512..16k,
 // against 1.6 for round-robin over Q-block-fastest tiles, which gave one CTA of every four
-// all the diagonal's longest tiles).
+// all the diagonal's longest tiles). Packed GQA under a mask with K/V too large for L2 (d > 64)
+// runs the G Q blocks that unpacked would be one head's tile of G x kTileM queries fastest
+// (their costs differ by a block at most): CTAs at work together then share a KV head's K/V
+// blocks in L2, as the heads of a group do unpacked; the last run's Q blocks past the end
+// are empty tiles.
 struct Tiles {
-  int m_blocks, count;
+  int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
+  static constexpr bool kGrouped = false;  // Q blocks in runs of G (KernelSpec::wgmma_groups_q_blocks)
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
-  // pairs masked), heads, the GQA group.
+  // pairs masked), heads (KV heads when packed), the GQA group.
   FastDivmod by_fast, by_heads, by_group;
   FA4_DEVICE explicit Tiles(const FwdParams& p)
-      : m_blocks((p.seqlen_q + kTileM - 1) / kTileM),
-        count(m_blocks * p.heads * p.batch),
-        by_fast(kMask == MaskKind::None ? m_blocks : p.heads * p.batch),
-        by_heads(p.heads),
+      : group(kPackGqa ? p.group : 1),
+        heads(kPackGqa ? p.heads_kv : p.heads),
+        m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
+        count((kGrouped ? (m_blocks + group - 1) / group * group : m_blocks) * heads * p.batch),
+        by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
+        by_heads(heads),
         by_group(p.group) {}
+  // The query of packed row r (r itself unpacked).
+  FA4_DEVICE int query_of(int r) const { return kPackGqa ? by_group.div(r) : r; }
   // The tile of this CTA's round j (>= count: none; a non-persistent CTA has only its own).
   FA4_DEVICE int nth(int j) const {
     if (!kPersistent) return j == 0 ? (int)blockIdx.x : count;
@@ -190,25 +205,37 @@ struct Tiles {
   FA4_DEVICE Tile at(int tile, const FwdParams& p) const {
     Tile w;
     int slow, fast;  // tile = slow * by_fast.divisor + fast
+    int m_lo = 0;    // kGrouped: tile = (slow * by_fast.divisor + fast) * G + m_lo
+    if (kGrouped) by_group.divmod(tile, tile, m_lo);
     by_fast.divmod(tile, slow, fast);
     const int mb = kMask == MaskKind::None ? fast : slow;
     const int hb = kMask == MaskKind::None ? slow : fast;
-    const int m_block = kMask == MaskKind::None ? mb : m_blocks - 1 - mb;
+    const int m_block = kMask == MaskKind::None ? mb
+                        : kGrouped             ? ((m_blocks + group - 1) / group - 1 - mb) * group + m_lo
+                                               : m_blocks - 1 - mb;
     by_heads.divmod(hb, w.batch, w.head);
-    w.head_kv = by_group.div(w.head);
+    if (kPackGqa) {
+      w.head_kv = w.head;
+      w.head *= group;  // the group's first head
+    } else {
+      w.head_kv = by_group.div(w.head);
+    }
     w.m0 = m_block * kTileM;
     const SeqInfo<kVarlen, kPaged> seq(p, w.batch);
     w.seqlen_q = seq.seqlen_q;
     w.seqlen_k = seq.seqlen_k;
-    w.q_row = (seq.q_packed ? seq.q_row0 : 0) + w.m0;
+    w.rows = seq.seqlen_q * group;
+    w.q0 = query_of(w.m0);
+    w.q_row = (seq.q_packed ? seq.q_row0 : 0) + w.q0;
     w.q_batch = seq.q_packed ? 0 : w.batch;
     const bool k_packed = kVarlen && !kPaged && p.cu_seqlens_k != nullptr;
     w.k_row = k_packed ? p.cu_seqlens_k[w.batch] : 0;
     w.k_batch = k_packed ? 0 : w.batch;
-    w.m1 = min(w.m0 + kTileM, w.seqlen_q);
+    w.m1 = min(w.m0 + kTileM, w.rows);
+    w.q1 = w.m1 > w.m0 ? query_of(w.m1 - 1) + 1 : w.q0;
     const BottomRightMask<kMask> mask = w.mask(p);
-    w.n_hi = mask.block_hi(w.m1, kTileN);
-    w.n_blocks = max(w.n_hi - mask.block_lo(w.m0, kTileN), 0);  // visited last to first
+    w.n_hi = mask.block_hi(w.q1, kTileN);
+    w.n_blocks = max(w.n_hi - mask.block_lo(w.q0, kTileN), 0);  // visited last to first
     return w;
   }
 };
@@ -269,12 +296,12 @@ FA4_DEVICE u32 low_bits(int k) {  // k in [0, kNT]
   if constexpr (kNT < 32) return (1u << k) - 1u;
   return k >= 32 ? ~0u : (1u << k) - 1u;
 }
-FA4_DEVICE void mask_block(float (&s)[kNT][4], const BottomRightMask<kMask>& mask, int query0, int n0, int t) {
+FA4_DEVICE void mask_block(float (&s)[kNT][4], const BottomRightMask<kMask>& mask, const int (&query)[2], int n0, int t) {
   static_assert(kNT <= 32, "one 32-bit mask per row");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int base = n0 + 2 * t;
-    const int lo = mask.lo(query0 + 8 * h) - base, hi = mask.hi(query0 + 8 * h) - base;
+    const int lo = mask.lo(query[h]) - base, hi = mask.hi(query[h]) - base;
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       // nt is visible iff lo <= 8 nt + e < hi, i.e. ceil((lo - e) / 8) <= nt < ceil((hi - e) / 8).
@@ -302,17 +329,19 @@ FA4_DEVICE void zero_rows(u32 stage, int valid, int tc) {
 // Store `rows` rows of one consumer's staged O (swizzled, 64 rows per column block) to global
 // memory with 16-byte stores, the consumer's 128 threads (index `tc`) sharing them: the
 // epilogue of a varlen tile whose sequence ends inside these rows (TMA would store all 64).
-// Rows are addressed like the TMA store's: (q_row + row, head, q_batch).
-FA4_DEVICE void store_rows(const FwdParams& p, const Tile& w, u32 staged, int rows, int row0, int tc) {
-  u16* out = p.o + (i64)w.q_batch * p.o_batch_stride + (i64)w.head * p.o_head_stride;
+// Rows are addressed like the TMA store's: tile row row0 + r is (query q_row + its query,
+// head + its head in the group, q_batch).
+FA4_DEVICE void store_rows(const FwdParams& p, const Tile& w, u32 staged, int rows, int row0, int tc, int group) {
   for (int u = tc; u < 64 * 8 * kDvChunks; u += 128) {
     const int r = (u / 8) % 64, c = u / (8 * 64), col = c * 64 + (u % 8) * 8;
     if (r < rows && col < kDv) {
+      const int qr = kPackGqa ? (row0 + r) / group : row0 + r, hr = kPackGqa ? (row0 + r) % group : 0;
+      u16* out = p.o + (i64)w.q_batch * p.o_batch_stride + (i64)(w.head + hr) * p.o_head_stride;
       u32 x0, x1, x2, x3;
       asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];"
                    : "=r"(x0), "=r"(x1), "=r"(x2), "=r"(x3)
                    : "r"(staged + c * kQChunk + sw128_offset(r, (u % 8) * 8)));
-      u16* dst = out + (i64)(w.q_row + row0 + r) * p.o_row_stride + col;
+      u16* dst = out + (i64)(w.q_row + qr) * p.o_row_stride + col;
       asm volatile("st.global.v4.u32 [%0], { %1, %2, %3, %4 };" ::"l"(dst), "r"(x0), "r"(x1), "r"(x2), "r"(x3) : "memory");
     }
   }
@@ -439,7 +468,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal(const __grid_constant__ F
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);  // (non-persistent: one iteration)
-        if (kVarlen && !w.valid()) continue;
+        if ((kVarlen || Tiles::kGrouped) && !w.valid()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
         // With two buffers that was the tile before last: this tile's Q and K/V load while
@@ -450,7 +479,13 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal(const __grid_constant__ F
           const u32 dst = sQ + qb * kQBytes;
           mbar_arrive_expect_tx(bar.q(qb), kQChunk * kDChunks);
 #pragma unroll
-          for (int c = 0; c < kDChunks; ++c) tma_load_4d(dst + c * kQChunk, &maps.q, bar.q(qb), 64 * c, w.q_row, w.head, w.q_batch);
+          for (int c = 0; c < kDChunks; ++c) {
+            // Packed: the map is (dim, head, row, batch), a box of G heads x kTileM / G queries.
+            if constexpr (kPackGqa)
+              tma_load_4d(dst + c * kQChunk, &maps.q, bar.q(qb), 64 * c, w.head, w.q_row, w.q_batch);
+            else
+              tma_load_4d(dst + c * kQChunk, &maps.q, bar.q(qb), 64 * c, w.q_row, w.head, w.q_batch);
+          }
         }
         // Blocks are visited last to first; n(i) is the i-th visited block's first key.
         auto n_of = [&](int i) { return (w.n_hi - 1 - i) * kTileN; };
@@ -529,7 +564,10 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal(const __grid_constant__ F
     fence_regs(s[0]);
     if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
     const BottomRightMask<kMask> mask = w.mask(p);
-    if (mask.block_is_partial(w.m0, w.m1, n0, kTileN)) mask_block(s[0], mask, w.m0 + row, n0, t);
+    if (mask.block_is_partial(w.q0, w.q1, n0, kTileN)) {
+      const int query[2] = {tiles.query_of(w.m0 + row), tiles.query_of(w.m0 + row + 8)};
+      mask_block(s[0], mask, query, n0, t);
+    }
     softmax.update(s, scale_log2, corr);
   };
   // The first visited block (ring position it) of tile w has its S: release K, the softmax.
@@ -556,7 +594,10 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal(const __grid_constant__ F
   // joins each row's denominator and LSE), keeping each row's 1 / sum and LSE for the epilogue.
   float inv[2], lse[2];
   auto finish_rows = [&](const Tile& w) {
-    softmax.template finalize<kSink>(scale_log2, [&](int, int) { return p.sinks[w.head] * kLog2e; });
+    // (A row's head: the tile's, or packed, the group's first plus the row's place in it.)
+    softmax.template finalize<kSink>(scale_log2, [&](int, int h) {
+      return p.sinks[w.head + (kPackGqa ? (row + 8 * h) - tiles.query_of(row + 8 * h) * tiles.group : 0)] * kLog2e;
+    });
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       inv[h] = softmax.inv_sum(0, h);
@@ -586,24 +627,30 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal(const __grid_constant__ F
         const u32 v = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
       }
-      if (kWriteLse && et == 0 && w.m0 + r < w.seqlen_q) {
+      if (kWriteLse && et == 0 && w.m0 + r < w.rows) {
         // (B, H, Sq), or (H, total_q) for packed q: q_row is then the row among all.
-        const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.m0 : (i64)w.batch * p.lse_batch_stride;
-        p.lse[row0 + w.head * p.lse_head_stride + w.m0 + r] = lse[h];
+        const int qr = tiles.query_of(w.m0 + r), hr = w.head + (w.m0 + r - qr * tiles.group);
+        const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
+        p.lse[row0 + (i64)hr * p.lse_head_stride + qr] = lse[h];
       }
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + cons, 128);
     // This consumer's 64 rows: TMA stores them (clipped at the tensor's end), unless a varlen
     // tile ends inside them (the rows after would be the next sequence's or padding).
-    const int rows = min(w.seqlen_q - (w.m0 + cons * 64), 64);
+    const int rows = min(w.rows - (w.m0 + cons * 64), 64);
     const u32 sOc = sOt + cons * 64 * 128;
     if (kVarlen && rows < 64) {
-      if (rows > 0) store_rows(p, w, sOc, rows, cons * 64, (int)(thread_index_fresh() % 128));
+      if (rows > 0) store_rows(p, w, sOc, rows, cons * 64, (int)(thread_index_fresh() % 128), tiles.group);
     } else if (warp == 0 && lane == 0) {
 #pragma unroll
-      for (int c = 0; c < kDvChunks; ++c)
-        tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.q_row + cons * 64, w.head, w.q_batch);
+      for (int c = 0; c < kDvChunks; ++c) {
+        // Packed: a box of G heads x 64 / G queries (this consumer's rows start a query).
+        if constexpr (kPackGqa)
+          tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.head, w.q_row + cons * 64 / tiles.group, w.q_batch);
+        else
+          tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.q_row + cons * 64, w.head, w.q_batch);
+      }
       tma_store_commit();
       if constexpr (!kSeparateO) tma_store_wait_read();
     }
@@ -629,7 +676,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal(const __grid_constant__ F
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
-      if (!kVarlen || w.valid()) return true;
+      if (!(kVarlen || Tiles::kGrouped) || w.valid()) return true;
     }
     return false;
   };
