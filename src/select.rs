@@ -407,6 +407,18 @@ mod tests {
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
         assert!(s.spec.wgmma_groups_q_blocks());
         assert_eq!(s.grid, (8 * 8 * 2, 1, 1)); // 3 Q blocks of 320 rows, padded to 8
+        // gpt-oss's sliding layer (window 128, packed d 64) takes the narrow 192x64 tile; the
+        // same window unpacked (no group) stays on a 128-key tile.
+        let mut sw = Problem::new(DType::Bf16, 4, 4096, 4096, 64, 8, 64, 64);
+        sw.causal = true;
+        sw.window = (Some(127), Some(0));
+        let s = sel(&sw, &H200);
+        assert_eq!(
+            (s.spec.pack_gqa, s.spec.tile_m, s.spec.tile_n),
+            (true, 192, 64)
+        );
+        sw.heads = 8;
+        assert_eq!(sel(&sw, &H200).spec.tile_n, 128);
         // A decode-shaped call (at most 64 packed rows) takes the decode tile.
         let d = Problem::new(DType::Bf16, 2, 8, 1000, 64, 8, 64, 64);
         let s = sel(&d, &H200);

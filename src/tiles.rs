@@ -106,11 +106,18 @@ impl SpecClass {
 
     /// The flagship tiles `flagship_for_shape` chooses among: the table's first, and the
     /// others at least 128 keys wide (the narrower ones exist for registers or local masks,
-    /// not for short sequences). Plans carry all of them.
+    /// not for short sequences) — every one for a packed local mask, whose tiles hold
+    /// tile_m / G queries and so span few more keys than the window: there narrow blocks
+    /// waste less (H200, d 64, H64/Hkv8, window 128, three interleaved rounds: 192x64
+    /// 0.186-0.192 ms at S 16k and 0.196-0.198 for gpt-oss's sliding layer, against
+    /// 0.207-0.210 / 0.216-0.217 on 192x128, 0.205 / 0.212 on 128x64; unpacked, whose tiles
+    /// span tile_m + window keys, 192x64 lost: 0.285 against 0.234 on 128x128). Plans carry
+    /// all of them.
     pub fn flagship_by_shape(self) -> impl Iterator<Item = KernelSpec> {
         let first = self.flagship();
+        let narrow_too = self.pack_gqa && self.mask == Mask::Local;
         self.flagship_tiles()
-            .filter(move |s| first.is_some_and(|f| *s == f || s.tile_n >= 128))
+            .filter(move |s| first.is_some_and(|f| *s == f || s.tile_n >= 128 || narrow_too))
     }
 
     /// The flagship for paged K/V of `page_size` keys, whose blocks TMA loads as boxes of
@@ -170,11 +177,13 @@ impl SpecClass {
 /// - d 192/128: 128x128 538/524, 128x112 529/501, 128x96 513/494
 /// - d 256:     128x80 (registers bound it) and 128x64 for local masks
 ///
-/// Local masks take the narrower tile where the window test per element spilled.
+/// Local masks take the narrower tile where the window test per element spilled. d 64 also
+/// lists 192x64, which packed local masks choose by shape (`SpecClass::flagship_by_shape`).
+/// Packed GQA uses the same tables (`TileShape::group`: a packed tile holds tile_m / G queries).
 /// Paged kernels pick among the same tiles by page size (`SpecClass::flagship_for_pages`).
 fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
     match d.max(dv) {
-        0..=64 => &[(192, 128), (128, 128), (128, 64)],
+        0..=64 => &[(192, 128), (128, 128), (192, 64), (128, 64)],
         65..=128 => &[(128, 160), (128, 128), (128, 64)],
         129..=192 => &[(128, 128), (128, 112), (128, 64)],
         // 128x80 spilled 48-56 bytes with a local mask (NVRTC 13.5).

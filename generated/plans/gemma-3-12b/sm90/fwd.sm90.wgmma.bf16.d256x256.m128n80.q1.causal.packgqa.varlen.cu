@@ -182,6 +182,7 @@ struct Tile {
 // are empty tiles.
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
+  int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   static constexpr bool kGrouped = true;  // Q blocks in runs of G (KernelSpec::wgmma_groups_q_blocks)
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group.
@@ -193,9 +194,12 @@ struct Tiles {
         count((kGrouped ? (m_blocks + group - 1) / group * group : m_blocks) * heads * p.batch),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
-        by_group(p.group) {}
-  // The query of packed row r (r itself unpacked).
-  FA4_DEVICE int query_of(int r) const { return kPackGqa ? by_group.div(r) : r; }
+        by_group(p.group),
+        group_shift(kPackGqa ? __ffs(p.group) - 1 : 0) {}
+  // The query of packed row r and its head within the group (r itself and 0 unpacked): shifts,
+  // not the divisor's multiply, so the consumer's loop keeps no divisor live.
+  FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
+  FA4_DEVICE int head_in_group(int r) const { return kPackGqa ? r & (group - 1) : 0; }
   // The tile of this CTA's round j (>= count: none; a non-persistent CTA has only its own).
   FA4_DEVICE int nth(int j) const {
     if (!kPersistent) return j == 0 ? (int)blockIdx.x : count;
@@ -331,11 +335,11 @@ FA4_DEVICE void zero_rows(u32 stage, int valid, int tc) {
 // epilogue of a varlen tile whose sequence ends inside these rows (TMA would store all 64).
 // Rows are addressed like the TMA store's: tile row row0 + r is (query q_row + its query,
 // head + its head in the group, q_batch).
-FA4_DEVICE void store_rows(const FwdParams& p, const Tile& w, u32 staged, int rows, int row0, int tc, int group) {
+FA4_DEVICE void store_rows(const FwdParams& p, const Tiles& tiles, const Tile& w, u32 staged, int rows, int row0, int tc) {
   for (int u = tc; u < 64 * 8 * kDvChunks; u += 128) {
     const int r = (u / 8) % 64, c = u / (8 * 64), col = c * 64 + (u % 8) * 8;
     if (r < rows && col < kDv) {
-      const int qr = kPackGqa ? (row0 + r) / group : row0 + r, hr = kPackGqa ? (row0 + r) % group : 0;
+      const int qr = tiles.query_of(row0 + r), hr = tiles.head_in_group(row0 + r);
       u16* out = p.o + (i64)w.q_batch * p.o_batch_stride + (i64)(w.head + hr) * p.o_head_stride;
       u32 x0, x1, x2, x3;
       asm volatile("ld.shared.v4.u32 { %0, %1, %2, %3 }, [%4];"
@@ -596,7 +600,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_packgqa_varlen(const __gri
   auto finish_rows = [&](const Tile& w) {
     // (A row's head: the tile's, or packed, the group's first plus the row's place in it.)
     softmax.template finalize<kSink>(scale_log2, [&](int, int h) {
-      return p.sinks[w.head + (kPackGqa ? (row + 8 * h) - tiles.query_of(row + 8 * h) * tiles.group : 0)] * kLog2e;
+      return p.sinks[w.head + tiles.head_in_group(row + 8 * h)] * kLog2e;
     });
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -629,7 +633,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_packgqa_varlen(const __gri
       }
       if (kWriteLse && et == 0 && w.m0 + r < w.rows) {
         // (B, H, Sq), or (H, total_q) for packed q: q_row is then the row among all.
-        const int qr = tiles.query_of(w.m0 + r), hr = w.head + (w.m0 + r - qr * tiles.group);
+        const int qr = tiles.query_of(w.m0 + r), hr = w.head + tiles.head_in_group(r);
         const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
         p.lse[row0 + (i64)hr * p.lse_head_stride + qr] = lse[h];
       }
@@ -641,13 +645,13 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_packgqa_varlen(const __gri
     const int rows = min(w.rows - (w.m0 + cons * 64), 64);
     const u32 sOc = sOt + cons * 64 * 128;
     if (kVarlen && rows < 64) {
-      if (rows > 0) store_rows(p, w, sOc, rows, cons * 64, (int)(thread_index_fresh() % 128), tiles.group);
+      if (rows > 0) store_rows(p, tiles, w, sOc, rows, cons * 64, (int)(thread_index_fresh() % 128));
     } else if (warp == 0 && lane == 0) {
 #pragma unroll
       for (int c = 0; c < kDvChunks; ++c) {
         // Packed: a box of G heads x 64 / G queries (this consumer's rows start a query).
         if constexpr (kPackGqa)
-          tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.head, w.q_row + cons * 64 / tiles.group, w.q_batch);
+          tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.head, w.q_row + tiles.query_of(cons * 64), w.q_batch);
         else
           tma_store_4d(&maps.o, sOc + c * kQChunk, 64 * c, w.q_row + cons * 64, w.head, w.q_batch);
       }
