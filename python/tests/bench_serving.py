@@ -9,6 +9,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   window     window 128 at S = 16k: time vs the unmasked kernel scaled to the visited blocks
   varlen     16 sequences of 64..4k tokens, packed, vs the same batch padded to dense
   paged      prefill with a prefix cache from pages of 128 and 16 vs contiguous K/V
+  pack-gqa   GQA packed vs unpacked (pack_gqa=True / False) on gpt-oss- and Llama-like shapes
+             and short query chunks over a long cache, with the kernel the default takes
   decode     Sq = 1, d128, H32/Hkv8, B in {1, 8, 64}, Sk in {4k, 32k, 128k}, contiguous and
              page 128: split-KV (heuristic) and unsplit, as KV bandwidth, beside SDPA; plus a
              check that a captured decode step replays to the eager result bit for bit
@@ -349,6 +351,44 @@ def dense_tiles():
         del q, k, v
 
 
+PACK_GQA_SHAPES = [
+    # (B, Sq, Sk, H, Hkv, d, causal, window, sinks): gpt-oss-like d 64, Llama-like d 128,
+    # and short query chunks over a long cache (which only packing brings to the flagship).
+    *[(16384 // s, s, s, 64, 8, 64, True, (None, None), True) for s in (512, 1024, 4096)],
+    (1, 16384, 16384, 64, 8, 64, True, (127, 0), False),
+    *[(16384 // s, s, s, 64, 8, 128, True, (None, None), False) for s in (1024, 4096)],
+    (16, 1024, 1024, 64, 8, 128, False, (None, None), False),
+    *[(4, sq, 8192, 64, 8, 128, True, (None, None), False) for sq in (32, 128, 512)],
+]
+
+
+def pack_gqa():
+    """GQA packed into the M dimension against unpacked (pack_gqa=True / False through the
+    drop-in) on PACK_GQA_SHAPES: what the default (None) takes where, and by how much.
+    Unpacked short queries (Sq <= 64) run on the portable kernel."""
+    for b, sq, sk, h, hkv, d, causal, window, sinks in PACK_GQA_SHAPES:
+        n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
+        qs = [torch.randn(b, sq, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        sink = torch.randn(h, device=DEV) if sinks else None
+        row = dict(bench="pack-gqa", b=b, sq=sq, sk=sk, h=h, hkv=hkv, d=d, causal=causal, window=window, sinks=sinks)
+        kw = dict(causal=causal, window_size=window, learnable_sink=sink)
+        row["default"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], **kw)
+        for pack in (False, True):
+            try:
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], pack_gqa=pack, **kw), n)
+            except Exception as e:  # noqa: BLE001
+                row[f"error_pack{int(pack)}"] = str(e)[:150]
+                continue
+            row[f"ms_pack{int(pack)}"] = round(ms, 4)
+            row[f"kernel_pack{int(pack)}"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], pack_gqa=pack, **kw)
+        if "ms_pack0" in row and "ms_pack1" in row:
+            row["packed_speedup"] = round(row["ms_pack0"] / row["ms_pack1"], 3)
+        emit(**row)
+        del qs, ks, vs
+
+
 def warm_up_clocks(seconds=1.0):
     """Run the GPU busy for a while so the first timed section does not meet ramping clocks."""
     a = torch.randn(4096, 4096, device=DEV, dtype=BF)
@@ -363,8 +403,8 @@ def warm_up_clocks(seconds=1.0):
             return
 
 
-SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "decode": decode, "decode-tiles": decode_tiles,
-            "decode-splits": decode_splits, "dense-tiles": dense_tiles}
+SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
+            "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":
