@@ -78,6 +78,9 @@ pub struct Prefer {
     /// The flagship's tile by the problem's shape (`SpecClass::flagship_for_shape`), else its
     /// table's first tile (all that libraries built before the shape rule ship).
     pub by_shape: bool,
+    /// Packed GQA on the flagship where selection packs (else it runs unpacked, all that
+    /// libraries built before the packed flagship ship).
+    pub pack: bool,
 }
 
 impl Prefer {
@@ -85,10 +88,11 @@ impl Prefer {
         decode: true,
         flagship: true,
         by_shape: true,
+        pack: true,
     };
-    /// Best first: everything; no decode tile; the flagship's table tile; the portable table
-    /// alone.
-    pub const FALLBACKS: [Prefer; 4] = [
+    /// Best first: everything; no decode tile; the flagship unpacked; the flagship's table
+    /// tile (unpacked); the portable table alone.
+    pub const FALLBACKS: [Prefer; 5] = [
         Prefer::ALL,
         Prefer {
             decode: false,
@@ -96,13 +100,20 @@ impl Prefer {
         },
         Prefer {
             decode: false,
+            pack: false,
+            ..Prefer::ALL
+        },
+        Prefer {
+            decode: false,
             flagship: true,
             by_shape: false,
+            pack: false,
         },
         Prefer {
             decode: false,
             flagship: false,
             by_shape: false,
+            pack: false,
         },
     ];
 }
@@ -161,12 +172,30 @@ pub fn select_with(
     // is the longest sequence. Its rows must outnumber a decode tile's (unpacked, Sq = 9 with
     // a group of 8 would run 9 valid rows per tile). An empty K (Sk = 0, which reaches a
     // kernel only with sinks or a strided output) has no tensor map.
-    let flagship_packs = pack_gqa
+    // Under a mask at d > 64 the packed kernel runs its Q blocks in runs of G, padded with
+    // empty tiles (`KernelSpec::wgmma_groups_q_blocks`); the static schedule can hand the
+    // padding to the same CTAs round after round (B 16, Hkv 8, Sq 12: 33 of 132 CTAs would
+    // take every tile), so the flagship packs those only when the Q blocks fill whole runs.
+    let whole_runs = || {
+        let packed = SpecClass {
+            pack_gqa: true,
+            ..class
+        };
+        match packed.flagship() {
+            Some(s) if s.wgmma_groups_q_blocks() => {
+                rows.div_ceil(s.tile_m as usize).is_multiple_of(v.group)
+            }
+            _ => true,
+        }
+    };
+    let flagship_packs = prefer.pack
+        && pack_gqa
         && v.group > 1
         && crate::runtime::tma::packs_group(v.group)
         && (p.pack_gqa == Some(true)
             || p.head_dim.max(p.head_dim_v) <= 64
-            || p.seqlen_q <= crate::tiles::DECODE_ROWS);
+            || p.seqlen_q <= crate::tiles::DECODE_ROWS)
+        && whole_runs();
     let flagship_rows = if flagship_packs { rows } else { p.seqlen_q };
     let flagship = prefer.flagship
         && flagship_rows > crate::tiles::DECODE_ROWS
@@ -397,16 +426,32 @@ mod tests {
         g3.pack_gqa = Some(true);
         let s = sel(&g3, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Portable, true));
-        // d 128 packs by default only where the unpacked flagship cannot serve (Sq <= 64);
-        // under a causal mask its packed Q blocks are scheduled in runs of G (padded).
+        // d 128 packs by default only where the unpacked flagship cannot serve (Sq <= 64).
         let mut w = Problem::new(DType::Bf16, 2, 100, 4096, 64, 8, 128, 128);
         assert!(!sel(&w, &H200).spec.pack_gqa);
         w.seqlen_q = 40;
+        let s = sel(&w, &H200);
+        assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
+        assert_eq!(s.grid, (3 * 8 * 2, 1, 1)); // 3 Q blocks of 320 rows, 8 KV heads, 2 batches
+        // Under a causal mask its packed Q blocks run in runs of G: 3 blocks would be padded
+        // to 8, so the portable kernel packs them; 1024 rows (8 blocks) fill a run.
         w.causal = true;
+        let s = sel(&w, &H200);
+        assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Portable, true));
+        w.seqlen_q = 128;
+        w.pack_gqa = Some(true);
         let s = sel(&w, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
         assert!(s.spec.wgmma_groups_q_blocks());
-        assert_eq!(s.grid, (8 * 8 * 2, 1, 1)); // 3 Q blocks of 320 rows, padded to 8
+        assert_eq!(s.grid, (8 * 8 * 2, 1, 1));
+        w.seqlen_q = 129; // 9 blocks: a ragged run
+        assert_eq!(sel(&w, &H200).spec.imp, Impl::Portable);
+        // Without the packing preference (a library of unpacked flagship kernels), the
+        // flagship runs the call unpacked.
+        let mut u = Problem::new(DType::Bf16, 2, 300, 300, 64, 8, 64, 64);
+        u.causal = true;
+        let s = select_with(&u, &u.validate().unwrap(), &H200, Prefer::FALLBACKS[2]).unwrap();
+        assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, false));
         // gpt-oss's sliding layer (window 128, packed d 64) takes the narrow 192x64 tile; the
         // same window unpacked (no group) stays on a 128-key tile.
         let mut sw = Problem::new(DType::Bf16, 4, 4096, 4096, 64, 8, 64, 64);
@@ -460,6 +505,7 @@ mod tests {
             decode: false,
             flagship: false,
             by_shape: false,
+            pack: true,
         };
         let s = select_with(&p, &p.validate().unwrap(), &H200, prefer).unwrap();
         assert_eq!(s.spec.imp, Impl::Portable);
@@ -498,7 +544,7 @@ mod tests {
         // after the by-shape pick is that tile, still the flagship (not the portable kernel).
         p.seqlen_k = 4096;
         let v = p.validate().unwrap();
-        let by_table = select_with(&p, &v, &H200, Prefer::FALLBACKS[2]).unwrap();
+        let by_table = select_with(&p, &v, &H200, Prefer::FALLBACKS[3]).unwrap();
         assert_eq!(
             (by_table.spec.imp, by_table.spec.tile_n),
             (Impl::Wgmma, 160)

@@ -183,7 +183,8 @@ impl SpecClass {
 /// Paged kernels pick among the same tiles by page size (`SpecClass::flagship_for_pages`).
 fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
     match d.max(dv) {
-        0..=64 => &[(192, 128), (128, 128), (192, 64), (128, 64)],
+        // (192x64 last: paged K/V takes the first tile its pages hold, 128x64 as before.)
+        0..=64 => &[(192, 128), (128, 128), (128, 64), (192, 64)],
         65..=128 => &[(128, 160), (128, 128), (128, 64)],
         129..=192 => &[(128, 128), (128, 112), (128, 64)],
         // 128x80 spilled 48-56 bytes with a local mask (NVRTC 13.5).
