@@ -192,10 +192,10 @@ struct Tiles {
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
         count((kGrouped ? (m_blocks + group - 1) / group * group : m_blocks) * heads * p.batch),
+        group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
-        by_group(p.group),
-        group_shift(kPackGqa ? __ffs(p.group) - 1 : 0) {}
+        by_group(p.group) {}
   // The query of packed row r and its head within the group (r itself and 0 unpacked): shifts,
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
