@@ -108,6 +108,10 @@ pub fn pages_hold_blocks(page_size: usize, tile_n: u32) -> bool {
     page_size > 0 && page_size.is_multiple_of(tile_n as usize)
 }
 
+/// A 4-d map of Q, K, V or O: `(dim, row, head, batch)` with a box of `box_rows` rows of one
+/// head; or, with packed GQA rows (`group` = G), `(dim, head, row, batch)` with a box of the
+/// G heads of a KV head times `box_rows / G` queries, landing in shared memory as rows (query,
+/// head in group), group fastest: the kernel's packed row order.
 #[allow(clippy::too_many_arguments)]
 fn encode(
     dtype: DType,
@@ -118,55 +122,35 @@ fn encode(
     batch: usize,
     s: &Strides,
     box_rows: u32,
+    group: Option<usize>,
 ) -> Result<sys::CUtensorMap, Error> {
     let elem = dtype.size() as u64;
     // A stride of a length-1 dimension is never stepped; give TMA any legal value.
     let stride = |v: i64, n: usize| {
         if n <= 1 { 16 } else { v as u64 * elem }
     };
-    encode_rank(
-        dtype,
-        ptr,
-        &[dim as u64, rows as u64, heads as u64, batch as u64],
-        &[
-            stride(s.row, rows),
-            stride(s.head, heads),
-            stride(s.batch, batch),
-        ],
-        &[64, box_rows, 1, 1],
-    )
-}
-
-/// Q or O with packed GQA rows: `(dim, head, row, batch)`, a box of the `group` heads of a KV
-/// head times `box_rows / group` queries, landing in shared memory as rows (query, head in
-/// group), group fastest: the kernel's packed row order.
-#[allow(clippy::too_many_arguments)]
-fn encode_packed(
-    dtype: DType,
-    ptr: u64,
-    dim: usize,
-    rows: usize,
-    heads: usize,
-    batch: usize,
-    s: &Strides,
-    group: usize,
-    box_rows: u32,
-) -> Result<sys::CUtensorMap, Error> {
-    let elem = dtype.size() as u64;
-    let stride = |v: i64, n: usize| {
-        if n <= 1 { 16 } else { v as u64 * elem }
-    };
-    encode_rank(
-        dtype,
-        ptr,
-        &[dim as u64, heads as u64, rows as u64, batch as u64],
-        &[
-            stride(s.head, heads),
-            stride(s.row, rows),
-            stride(s.batch, batch),
-        ],
-        &[64, group as u32, box_rows / group as u32, 1],
-    )
+    let (row, head, batch_stride) = (
+        stride(s.row, rows),
+        stride(s.head, heads),
+        stride(s.batch, batch),
+    );
+    let (r, h, b) = (rows as u64, heads as u64, batch as u64);
+    match group {
+        None => encode_rank(
+            dtype,
+            ptr,
+            &[dim as u64, r, h, b],
+            &[row, head, batch_stride],
+            &[64, box_rows, 1, 1],
+        ),
+        Some(g) => encode_rank(
+            dtype,
+            ptr,
+            &[dim as u64, h, r, b],
+            &[head, row, batch_stride],
+            &[64, g as u32, box_rows / g as u32, 1],
+        ),
+    }
 }
 
 /// Whether the wgmma kernel can pack a GQA group of `group` heads: its 64-row consumer tiles
@@ -268,7 +252,7 @@ pub fn maps(
             })?;
             encode_row_groups(dt, ptr, dim, p.heads_kv, s, groups, kv_box)
         }
-        _ => encode(dt, ptr, dim, ks, p.heads_kv, kb, s, kv_box),
+        _ => encode(dt, ptr, dim, ks, p.heads_kv, kb, s, kv_box, None),
     };
     // Q and O: tiles of `box` rows, packed GQA rows as boxes of whole groups.
     let group = p.heads / p.heads_kv.max(1);
@@ -279,12 +263,9 @@ pub fn maps(
         }
         .into());
     }
+    let packed = spec.pack_gqa.then_some(group);
     let q_or_o = |ptr: u64, dim: usize, s: &Strides, box_rows: u32| {
-        if spec.pack_gqa {
-            encode_packed(dt, ptr, dim, qs, p.heads, qb, s, group, box_rows)
-        } else {
-            encode(dt, ptr, dim, qs, p.heads, qb, s, box_rows)
-        }
+        encode(dt, ptr, dim, qs, p.heads, qb, s, box_rows, packed)
     };
     Ok(TmaMaps {
         q: q_or_o(q, p.head_dim, &p.q_strides, spec.tile_m)?,
