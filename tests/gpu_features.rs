@@ -119,6 +119,42 @@ impl Case {
         }
     }
 
+    /// A flagship test's case `i`: dtype by `i`, head dims, a group of `g` heads per each of 2
+    /// KV heads, the (q packed, k layout) pair.
+    fn flagship_layout(
+        seqs: Vec<(usize, usize)>,
+        i: usize,
+        (d, dv): (usize, usize),
+        g: usize,
+        (q_packed, k): (bool, KLayout),
+    ) -> Case {
+        Case {
+            dtype: DType::ALL[i % 2],
+            d,
+            dv,
+            heads: 2 * g,
+            heads_kv: 2,
+            q_packed,
+            k,
+            ..Case::base(seqs)
+        }
+    }
+
+    /// The mask of case `i`: causal, a random window (left below `left_max`, right at most
+    /// `right_max`), or none, in turn.
+    fn mask_by_index(&mut self, i: usize, rng: &mut StdRng, left_max: i64, right_max: i64) {
+        match i % 3 {
+            0 => self.causal = true,
+            1 => {
+                self.window = (
+                    Some(rng.random_range(0..left_max)),
+                    Some(rng.random_range(0..=right_max)),
+                )
+            }
+            _ => {}
+        }
+    }
+
     fn name(&self) -> String {
         let seqs = if self.seqs.len() > 6 {
             format!("{} seqs {:?}..", self.seqs.len(), &self.seqs[..4])
@@ -661,24 +697,8 @@ fn flagship_serving() {
             );
             seqs.push((1000, 700 + i % 300));
             let g = [1, 2, 4][i % 3];
-            let mut c = Case::base(seqs);
-            c.dtype = DType::ALL[i % 2];
-            c.d = d;
-            c.dv = dv;
-            c.heads = 2 * g;
-            c.heads_kv = 2;
-            c.q_packed = q_packed;
-            c.k = k;
-            match i % 3 {
-                0 => c.causal = true,
-                1 => {
-                    c.window = (
-                        Some(rng.random_range(0..300)),
-                        Some(rng.random_range(0..=64)),
-                    )
-                }
-                _ => {}
-            }
+            let mut c = Case::flagship_layout(seqs, i, (d, dv), g, (q_packed, k));
+            c.mask_by_index(i, &mut rng, 300, 64);
             c.sinks = i % 4 == 1;
             c.softcap = if i % 5 == 2 { 30.0 } else { 0.0 };
             cases.push(c);
@@ -739,25 +759,9 @@ fn flagship_packed_gqa() {
                 let first = seqs.iter().copied().max_by_key(|s| s.0).unwrap_or((1, 1));
                 seqs = vec![first; 2]; // dense: equal lengths, no seqused
             }
-            let mut c = Case::base(seqs);
-            c.dtype = DType::ALL[i % 2];
-            c.d = d;
-            c.dv = dv;
-            c.heads = 2 * g;
-            c.heads_kv = 2;
+            let mut c = Case::flagship_layout(seqs, i, (d, dv), g, (q_packed, k));
             c.pack_gqa = Some(true);
-            c.q_packed = q_packed;
-            c.k = k;
-            match i % 3 {
-                0 => c.causal = true,
-                1 => {
-                    c.window = (
-                        Some(rng.random_range(0..200)),
-                        Some(rng.random_range(0..=48)),
-                    )
-                }
-                _ => {}
-            }
+            c.mask_by_index(i, &mut rng, 200, 48);
             c.sinks = i % 3 != 2;
             c.softcap = if i % 4 == 3 { 30.0 } else { 0.0 };
             cases.push(c);
