@@ -124,6 +124,22 @@ fn encode(
     box_rows: u32,
     group: Option<usize>,
 ) -> Result<sys::CUtensorMap, Error> {
+    let (dims, strides, boxes) = map_layout(dtype, dim, rows, heads, batch, s, box_rows, group);
+    encode_rank(dtype, ptr, &dims, &strides, &boxes)
+}
+
+/// `encode`'s dims, byte strides (of every dim but the first) and box, innermost first.
+#[allow(clippy::too_many_arguments)]
+fn map_layout(
+    dtype: DType,
+    dim: usize,
+    rows: usize,
+    heads: usize,
+    batch: usize,
+    s: &Strides,
+    box_rows: u32,
+    group: Option<usize>,
+) -> ([u64; 4], [u64; 3], [u32; 4]) {
     let elem = dtype.size() as u64;
     // A stride of a length-1 dimension is never stepped; give TMA any legal value.
     let stride = |v: i64, n: usize| {
@@ -134,21 +150,17 @@ fn encode(
         stride(s.head, heads),
         stride(s.batch, batch),
     );
-    let (r, h, b) = (rows as u64, heads as u64, batch as u64);
+    let (d, r, h, b) = (dim as u64, rows as u64, heads as u64, batch as u64);
     match group {
-        None => encode_rank(
-            dtype,
-            ptr,
-            &[dim as u64, r, h, b],
-            &[row, head, batch_stride],
-            &[64, box_rows, 1, 1],
+        None => (
+            [d, r, h, b],
+            [row, head, batch_stride],
+            [64, box_rows, 1, 1],
         ),
-        Some(g) => encode_rank(
-            dtype,
-            ptr,
-            &[dim as u64, h, r, b],
-            &[head, row, batch_stride],
-            &[64, g as u32, box_rows / g as u32, 1],
+        Some(g) => (
+            [d, h, r, b],
+            [head, row, batch_stride],
+            [64, g as u32, box_rows / g as u32, 1],
         ),
     }
 }
@@ -279,6 +291,26 @@ pub fn maps(
 mod tests {
     use super::*;
     use crate::spec::DType;
+
+    /// The maps' layouts: unpacked `(dim, row, head, batch)` with a box of rows of one head;
+    /// packed GQA `(dim, head, row, batch)` with a box of a group's heads x its queries, the
+    /// same bytes per box (what the kernel's barrier expects).
+    #[test]
+    fn map_layouts() {
+        // q (B 2, S 100, H 16, D 128) contiguous: row stride H * D, head stride D.
+        let s = Strides::contiguous(100, 16, 128);
+        let (dims, strides, boxes) = map_layout(DType::Bf16, 128, 100, 16, 2, &s, 128, None);
+        assert_eq!(dims, [128, 100, 16, 2]);
+        assert_eq!(strides, [16 * 128 * 2, 128 * 2, 100 * 16 * 128 * 2]);
+        assert_eq!(boxes, [64, 128, 1, 1]);
+        let (dims, strides, boxes) = map_layout(DType::Bf16, 128, 100, 16, 2, &s, 128, Some(8));
+        assert_eq!(dims, [128, 16, 100, 2]);
+        assert_eq!(strides, [128 * 2, 16 * 128 * 2, 100 * 16 * 128 * 2]);
+        assert_eq!(boxes, [64, 8, 16, 1]);
+        // O's box: one consumer's 64 rows; a length-1 batch gets a legal unused stride.
+        let (_, strides, boxes) = map_layout(DType::Fp16, 64, 7, 4, 1, &s, 64, Some(4));
+        assert_eq!((strides[2], boxes), (16, [64, 4, 16, 1]));
+    }
 
     #[test]
     fn which_strides_tma_can_describe() {
