@@ -200,7 +200,11 @@ impl ModelAttention {
                             let group = self.heads / self.heads_kv.max(1);
                             let packs =
                                 class.pack_gqa && crate::runtime::tma::packs_group(group as usize);
-                            let unpacks = !packs || self.head_dim.max(self.head_dim_v) > 64;
+                            let unpacks = !packs
+                                || !crate::tiles::flagship_packs_any_length(
+                                    self.head_dim,
+                                    self.head_dim_v,
+                                );
                             let unpacked = SpecClass {
                                 pack_gqa: false,
                                 ..class

@@ -193,7 +193,7 @@ pub fn select_with(
         && v.group > 1
         && crate::runtime::tma::packs_group(v.group)
         && (p.pack_gqa == Some(true)
-            || p.head_dim.max(p.head_dim_v) <= 64
+            || crate::tiles::flagship_packs_any_length(d, dv)
             || p.seqlen_q <= crate::tiles::DECODE_ROWS)
         && whole_runs();
     let flagship_rows = if flagship_packs { rows } else { p.seqlen_q };

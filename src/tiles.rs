@@ -342,6 +342,14 @@ fn floor_sum(mut count: u64, mut m: u64, mut b: u64, mut a: u64) -> u64 {
 /// The largest packed row count that selects a decode tile.
 pub const DECODE_ROWS: usize = 64;
 
+/// Whether the sm90 flagship packs GQA by default at every query length for these head dims
+/// (select.rs: packed measured 1.06-1.19x unpacked at d 64, 0.95-1.02x at d 128, where only
+/// short queries pack). Selection and model plans both read it, so a plan ships what
+/// selection takes.
+pub fn flagship_packs_any_length(d: u32, dv: u32) -> bool {
+    d.max(dv) <= 64
+}
+
 /// The q_stage values FA4's selection can ask for on a family: sm100f uses 2 Q tiles per CTA
 /// once `max_seqlen_q * G > 128`, the others always 1.
 pub fn q_stages(arch: Arch) -> &'static [u32] {
