@@ -172,30 +172,13 @@ pub fn select_with(
     // is the longest sequence. Its rows must outnumber a decode tile's (unpacked, Sq = 9 with
     // a group of 8 would run 9 valid rows per tile). An empty K (Sk = 0, which reaches a
     // kernel only with sinks or a strided output) has no tensor map.
-    // Under a mask at d > 64 the packed kernel runs its Q blocks in runs of G, padded with
-    // empty tiles (`KernelSpec::wgmma_groups_q_blocks`); the static schedule can hand the
-    // padding to the same CTAs round after round (B 16, Hkv 8, Sq 12: 33 of 132 CTAs would
-    // take every tile), so the flagship packs those only when the Q blocks fill whole runs.
-    let whole_runs = || {
-        let packed = SpecClass {
-            pack_gqa: true,
-            ..class
-        };
-        match packed.flagship() {
-            Some(s) if s.wgmma_groups_q_blocks() => {
-                rows.div_ceil(s.tile_m as usize).is_multiple_of(v.group)
-            }
-            _ => true,
-        }
-    };
     let flagship_packs = prefer.pack
         && pack_gqa
         && v.group > 1
         && crate::runtime::tma::packs_group(v.group)
         && (p.pack_gqa == Some(true)
             || crate::tiles::flagship_packs_any_length(d, dv)
-            || p.seqlen_q <= crate::tiles::DECODE_ROWS)
-        && whole_runs();
+            || p.seqlen_q <= crate::tiles::DECODE_ROWS);
     let flagship_rows = if flagship_packs { rows } else { p.seqlen_q };
     let flagship = prefer.flagship
         && flagship_rows > crate::tiles::DECODE_ROWS
@@ -325,13 +308,7 @@ pub fn select_with(
     // The flagship is persistent: one CTA per SM (two for tile_m 64) walks the (Q block, head,
     // batch) tiles.
     let grid = if spec.imp == crate::spec::Impl::Wgmma {
-        // Packed GQA under a mask schedules Q blocks in runs of G (`Tiles` in fwd_sm90.cu).
-        let sched_blocks = if spec.wgmma_groups_q_blocks() {
-            m_blocks.div_ceil(v.group) * v.group
-        } else {
-            m_blocks
-        };
-        let tiles = (sched_blocks * heads * p.batch).max(1);
+        let tiles = (m_blocks * heads * p.batch).max(1);
         let ctas = if spec.wgmma_persistent() {
             tiles.min((device.sm_count * spec.ctas_per_sm()).max(1) as usize)
         } else {
@@ -433,19 +410,18 @@ mod tests {
         let s = sel(&w, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
         assert_eq!(s.grid, (3 * 8 * 2, 1, 1)); // 3 Q blocks of 320 rows, 8 KV heads, 2 batches
-        // Under a causal mask its packed Q blocks run in runs of G: 3 blocks would be padded
-        // to 8, so the portable kernel packs them; 1024 rows (8 blocks) fill a run.
+        // Under a causal mask its packed Q blocks run in runs of G, the m_blocks % G lowest
+        // after the whole runs: every Q block is one tile, none padded.
         w.causal = true;
-        let s = sel(&w, &H200);
-        assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Portable, true));
-        w.seqlen_q = 128;
-        w.pack_gqa = Some(true);
         let s = sel(&w, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
         assert!(s.spec.wgmma_groups_q_blocks());
-        assert_eq!(s.grid, (8 * 8 * 2, 1, 1));
-        w.seqlen_q = 129; // 9 blocks: a ragged run
-        assert_eq!(sel(&w, &H200).spec.imp, Impl::Portable);
+        assert_eq!(s.grid, (3 * 8 * 2, 1, 1));
+        w.seqlen_q = 129; // 9 blocks: a whole run and one more
+        w.pack_gqa = Some(true);
+        let s = sel(&w, &H200);
+        assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
+        assert_eq!(s.grid, (132, 1, 1)); // 9 * 8 * 2 = 144 tiles, one persistent CTA per SM
         // Without the packing preference (a library of unpacked flagship kernels), the
         // flagship runs the call unpacked.
         let mut u = Problem::new(DType::Bf16, 2, 300, 300, 64, 8, 64, 64);

@@ -438,7 +438,8 @@ impl KernelSpec {
     }
 
     /// Whether the wgmma kernel's schedule runs packed-GQA Q blocks in runs of G under a mask
-    /// (`Tiles` in fwd_sm90.cu; the host pads the tile count to match): the G Q blocks that
+    /// (`Tiles` in fwd_sm90.cu; the m_blocks % G lowest blocks follow the whole runs, in the
+    /// plain order, so no tile is empty): the G Q blocks that
     /// unpacked would be one head's tile then work at the same time and share their KV head's
     /// K/V in L2. That pays once K/V outgrow L2: H200, H64/Hkv8 causal, d 128 1k 0.84 -> 0.98
     /// and 4k 0.94 -> 1.00 of unpacked; at d 64 (K/V of 32 MB) the plain heaviest-first order

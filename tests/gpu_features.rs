@@ -708,11 +708,12 @@ fn flagship_serving() {
     run_all("flagship_serving", &cases);
 }
 
-/// Packed GQA on the sm90 flagship (#5): groups of 2 to 16 heads (rows (query, head in
+/// Packed GQA on the sm90 flagship (#5): groups of 2 to 64 heads (rows (query, head in
 /// group), boxes of whole groups), every flagship head dim, dense, ragged and paged batches,
 /// short queries (Sq 1..64, which only packing brings to the flagship) and long, Sq != Sk both
-/// ways, the three masks (at d > 64 on Q blocks in whole runs of G), sinks (per row's head)
-/// and softcap, LSE per row. On an sm90 device every case must run packed on the flagship.
+/// ways, the three masks (at d > 64 on Q blocks in runs of G and a tail), sinks (per row's
+/// head) and softcap, LSE per row. On an sm90 device every case must run packed on the
+/// flagship.
 #[test]
 fn flagship_packed_gqa() {
     let mut rng = StdRng::seed_from_u64(47);
@@ -728,14 +729,12 @@ fn flagship_packed_gqa() {
     let mut i = 0usize;
     for (d, dv) in [(64, 64), (128, 128), (192, 128), (256, 256)] {
         for (q_packed, k) in layouts {
-            let g = [8, 2, 4, 16][i % 4];
-            // Under a mask at d > 64 the flagship packs only Q blocks that fill whole runs of
-            // G (select.rs): there the longest sequence is a multiple of 128 queries.
-            let masked = i % 3 != 2;
-            let whole_runs = masked && d > 64;
+            // Groups of 2 to 64; the largest (32, 64: MQA-like) once per head dim.
+            let g = [8, 2, 4, 16, 32, 64][(i + i / 6) % 6];
             // Short queries (all of them at most 64, with at least 65 packed rows) or long
-            // ones with ends of 0 and 1 rows.
-            let mut seqs = if i.is_multiple_of(2) && !whole_runs {
+            // ones with ends of 0 and 1 rows. Under a mask at d > 64 the Q blocks run in runs
+            // of G; these lengths leave a tail of m_blocks % G blocks after the whole runs.
+            let mut seqs = if i.is_multiple_of(2) {
                 let short = 65usize.div_ceil(g).max(1);
                 vec![
                     (
@@ -751,10 +750,6 @@ fn flagship_packed_gqa() {
                 seqs.push((333, 250 + i % 300));
                 seqs
             };
-            if whole_runs {
-                let longest = (0..seqs.len()).max_by_key(|&j| seqs[j].0).unwrap_or(0);
-                seqs[longest].0 = seqs[longest].0.div_ceil(128).max(1) * 128;
-            }
             if !q_packed && matches!(k, KLayout::Batched) {
                 let first = seqs.iter().copied().max_by_key(|s| s.0).unwrap_or((1, 1));
                 seqs = vec![first; 2]; // dense: equal lengths, no seqused

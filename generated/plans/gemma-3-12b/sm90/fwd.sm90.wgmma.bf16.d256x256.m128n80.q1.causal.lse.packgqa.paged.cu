@@ -183,6 +183,7 @@ struct Tile {
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
+  int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
   static constexpr bool kGrouped = true;  // Q blocks in runs of G (KernelSpec::wgmma_groups_q_blocks)
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group.
@@ -191,8 +192,9 @@ struct Tiles {
       : group(kPackGqa ? p.group : 1),
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
-        count((kGrouped ? (m_blocks + group - 1) / group * group : m_blocks) * heads * p.batch),
+        count(m_blocks * heads * p.batch),
         group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
+        run_tiles((m_blocks & ~(group - 1)) * heads * p.batch),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group) {}
@@ -208,14 +210,21 @@ struct Tiles {
   }
   FA4_DEVICE Tile at(int tile, const FwdParams& p) const {
     Tile w;
+    // Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q blocks
+    // first. Grouped: the whole runs of G Q blocks first, heaviest run first, a run's blocks
+    // fastest (tile = (run * by_fast.divisor + hb) * G + m_lo); then the m_blocks % G lowest
+    // blocks, the lightest under a causal mask, in the masked order. No tile is empty, so
+    // the static schedule deals every CTA real work.
     int slow, fast;  // tile = slow * by_fast.divisor + fast
-    int m_lo = 0;    // kGrouped: tile = (slow * by_fast.divisor + fast) * G + m_lo
-    if (kGrouped) by_group.divmod(tile, tile, m_lo);
-    by_fast.divmod(tile, slow, fast);
+    int m_lo = 0;
+    const bool in_run = kGrouped && tile < run_tiles;
+    if (in_run) by_group.divmod(tile, tile, m_lo);
+    by_fast.divmod(kGrouped && !in_run ? tile - run_tiles : tile, slow, fast);
     const int mb = kMask == MaskKind::None ? fast : slow;
     const int hb = kMask == MaskKind::None ? slow : fast;
     const int m_block = kMask == MaskKind::None ? mb
-                        : kGrouped             ? ((m_blocks + group - 1) / group - 1 - mb) * group + m_lo
+                        : in_run               ? m_blocks - (mb + 1) * group + m_lo
+                        : kGrouped             ? (m_blocks & (group - 1)) - 1 - mb
                                                : m_blocks - 1 - mb;
     by_heads.divmod(hb, w.batch, w.head);
     if (kPackGqa) {
@@ -472,7 +481,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_lse_packgqa_paged(const __
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);  // (non-persistent: one iteration)
-        if ((kVarlen || Tiles::kGrouped) && !w.valid()) continue;
+        if (kVarlen && !w.valid()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
         // With two buffers that was the tile before last: this tile's Q and K/V load while
@@ -680,7 +689,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_lse_packgqa_paged(const __
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
-      if (!(kVarlen || Tiles::kGrouped) || w.valid()) return true;
+      if (!kVarlen || w.valid()) return true;
     }
     return false;
   };
