@@ -6,6 +6,7 @@
 //! usage: bench_fwd <kernels root> [d,s,causal[,tile_m,tile_n] ...]   (default: the issue-2 set)
 //!        bench_fwd <kernels root> --once d,s,causal  (one launch, for compute-sanitizer)
 //!        bench_fwd <kernels root> --one d,s,causal   (one launch at the benchmark shape, for ncu)
+//! FA4GEN_JIT=1 (built with the `jit` feature): kernels the library lacks compile at first use.
 
 use fa4gen::DType;
 use fa4gen::runtime::{self, FlashAttention, Problem};
@@ -52,7 +53,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ctx = runtime::context(0)?;
     let t_ctx = t_start.elapsed();
     let stream = ctx.default_stream();
-    let fa = FlashAttention::from_root(ctx.clone(), root)?;
+    #[allow(unused_mut)]
+    let mut fa = FlashAttention::from_root(ctx.clone(), root)?;
+    // FA4GEN_JIT=1 (a `jit` build): kernels the library lacks, or holds in another rendering,
+    // compile at first use (NVRTC), as in the PyTorch drop-in.
+    #[cfg(feature = "jit")]
+    if std::env::var("FA4GEN_JIT").is_ok_and(|v| v == "1") {
+        use fa4gen::runtime::jit::Jit;
+        fa.set_jit(Jit::new(Jit::default_dir()));
+    }
     let l2_bytes = ctx
         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
         as usize;

@@ -128,9 +128,9 @@ struct WgmmaFwd<'a> {
     producer_regs: u32,
     consumer_regs: u32,
     consumer_wgs: u32,
-    persistent: bool,
     ctas_per_sm: u32,
     chain_tiles: bool,
+    o_direct: bool,
     group_q_blocks: bool,
     params_size: usize,
 }
@@ -189,9 +189,9 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 producer_regs,
                 consumer_regs,
                 consumer_wgs: spec.tile_m / 64,
-                persistent: spec.wgmma_persistent(),
                 ctas_per_sm: spec.ctas_per_sm(),
                 chain_tiles: spec.wgmma_chain_tiles(),
+                o_direct: spec.wgmma_o_direct(),
                 group_q_blocks: spec.wgmma_groups_q_blocks(),
                 params_size,
             }

@@ -309,11 +309,7 @@ pub fn select_with(
     // batch) tiles.
     let grid = if spec.imp == crate::spec::Impl::Wgmma {
         let tiles = (m_blocks * heads * p.batch).max(1);
-        let ctas = if spec.wgmma_persistent() {
-            tiles.min((device.sm_count * spec.ctas_per_sm()).max(1) as usize)
-        } else {
-            tiles
-        };
+        let ctas = tiles.min((device.sm_count * spec.ctas_per_sm()).max(1) as usize);
         (ctas as u32, 1, 1)
     } else {
         (

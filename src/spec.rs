@@ -215,7 +215,7 @@ pub struct Geometry {
     pub smem_bytes: u32,
     /// K/V pipeline stages (portable: one K and one V buffer).
     pub stages: u32,
-    /// Q tile buffers: 2 lets a persistent wgmma kernel load the next tile's Q (and so its
+    /// Q tile buffers: 2 lets the (persistent) wgmma kernel load the next tile's Q (and so its
     /// K/V blocks, issued after it) while this tile runs; 1 elsewhere.
     pub q_bufs: u32,
     /// Rows per group of a wgmma K/V stage, each group holding its rows' 64-column blocks one
@@ -333,7 +333,7 @@ impl KernelSpec {
     /// and V per stage), plus 1024 bytes of slack to align the dynamic base. `smem_pages` (no
     /// pages here) marks the end of the tiles.
     ///
-    /// Shared memory goes first to a second Q buffer (persistent kernels), then to O's own
+    /// Shared memory goes first to a second Q buffer, then to O's own
     /// rows: with one Q buffer the producer cannot load the next tile's Q, nor its K/V behind
     /// it, before every Q K^T of this tile is done, and a tile of a few blocks (a window, a
     /// short sequence, the causal diagonal) waits for those loads; a second buffer hides
@@ -378,7 +378,7 @@ impl KernelSpec {
         let kv_bytes = stages * self.tile_n * 128 * (chunks(self.d) + chunks(self.dv));
         let o_bytes = self.tile_m * 128 * chunks(self.dv);
         let barriers = |q_bufs: u32| (2 * q_bufs + 4 * stages) * 8 + 1024;
-        let q_bufs = if self.wgmma_persistent() && 2 * q_bytes + kv_bytes + barriers(2) <= limit {
+        let q_bufs = if 2 * q_bytes + kv_bytes + barriers(2) <= limit {
             2
         } else {
             1
@@ -419,22 +419,30 @@ impl KernelSpec {
         }
     }
 
-    /// Whether the wgmma kernel is persistent (`ctas_per_sm` CTAs per SM walking the tiles) or takes one
-    /// tile per CTA: at dv 256 the state a tile loop carries does not fit beside the 128 O
-    /// accumulators per thread (240-264 bytes of spills, NVRTC 13.5).
-    pub fn wgmma_persistent(&self) -> bool {
-        self.dv <= 192
+    /// Whether the wgmma kernel stores O from registers straight to global memory rather than
+    /// staging it for a TMA store: where shared memory holds neither O's own rows nor a second
+    /// Q buffer (d 192/128 128x128, d 256). Staged in the one Q buffer, O kept the next tile's
+    /// Q from loading until the store had read it; stored directly (8-byte stores, a whole
+    /// sector per row per warp store), the buffer is free after the last Q K^T and the next
+    /// Q loads under the last P V and the epilogue. Same run, against staging in Q: d 256
+    /// causal S 512 257 vs 240 TFLOP/s, 1k 363 vs 338; d 192/128 causal 512 281 vs 275, 1k
+    /// 384 vs 370. (4-byte stores, half a sector each, lost 14% at d 256 S 512.) With it the
+    /// d 256 kernels are persistent too (their tile loop once spilled beside the 128 O
+    /// accumulators per thread; now it does not): +7% at d 256 causal S 512 and 1k.
+    pub fn wgmma_o_direct(&self) -> bool {
+        let g = self.geometry();
+        g.smem_o == g.smem_q && g.q_bufs == 1
     }
 
     /// Whether the wgmma kernel chains its tiles: a tile's last P V shares its turn at the
     /// tensor cores with the next tile's first Q K^T, whose softmax then runs during the
-    /// P V, before this tile's epilogue. It needs a persistent kernel, the next tile's Q in a
+    /// P V, before this tile's epilogue. It needs the next tile's Q in a
     /// buffer of its own, and K/V stages enough for the producer to run past the tile's end:
     /// with 2 stages (d >= 96) it measured even to 1% slower (d 128 causal), with 4 (d 64)
     /// 4-11% faster on short causal sequences and windows.
     pub fn wgmma_chain_tiles(&self) -> bool {
         let g = self.geometry();
-        self.wgmma_persistent() && g.stages > WGMMA_STAGES && g.q_bufs == 2
+        g.stages > WGMMA_STAGES && g.q_bufs == 2
     }
 
     /// Whether the wgmma kernel's schedule runs packed-GQA Q blocks in runs of G under a mask

@@ -54,7 +54,6 @@ constexpr bool kWriteLse = true;
 constexpr bool kSink = false, kSoftcap = false;  // serving features of dense prefill
 constexpr bool kVarlen = true, kPaged = false;  // per-sequence lengths / pages
 constexpr bool kPackGqa = false;  // rows are (query, head-in-group) pairs, group fastest
-constexpr bool kPersistent = true;  // CTAs (kCtasPerSm per SM) walking the tiles (else one tile per CTA)
 // K/V rows past a sequence's end are another sequence's, a page's slack or padding: not zero,
 // maybe not even finite. Masked scores ignore K's; V's tail rows are zeroed in shared memory
 // before P V (0 * NaN would poison O). Dense K/V is zero-filled by TMA at the tensor's end.
@@ -94,6 +93,11 @@ constexpr u32 kSmemQ = 0, kSmemK = kSmemQ + kQBufs * kQBytes, kSmemV = kSmemK + 
 // O is staged in its own rows where shared memory allows, else in the tile's Q buffer. (With
 // one Q buffer, own rows let the next tile's Q load while this tile's P V and epilogue run.)
 constexpr bool kSeparateO = true;
+// O stored from registers straight to global memory (KernelSpec::wgmma_o_direct): with one Q
+// buffer and no rows for O, staging O there would hold the next tile's Q back until the
+// store had read it; stored directly, the buffer is free after the tile's last Q K^T.
+constexpr bool kDirectO = false;
+static_assert(!(kDirectO && kSeparateO), "direct O replaces staging in the Q rows");
 constexpr u32 kOBytes = kQChunk * kDvChunks;
 constexpr u32 kSmemO = kSeparateO ? kSmemV + kStages * kVStage : kSmemQ;
 constexpr u32 kSmemBar = kSeparateO ? kSmemO + kOBytes : kSmemV + kStages * kVStage;  // q[], q_empty[], full_k[], full_v[], empty_k[], empty_v[]
@@ -202,9 +206,8 @@ struct Tiles {
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
   FA4_DEVICE int head_in_group(int r) const { return kPackGqa ? r & (group - 1) : 0; }
-  // The tile of this CTA's round j (>= count: none; a non-persistent CTA has only its own).
+  // The tile of this CTA's round j (>= count: none).
   FA4_DEVICE int nth(int j) const {
-    if (!kPersistent) return j == 0 ? (int)blockIdx.x : count;
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return j * (int)gridDim.x + b;
   }
@@ -480,7 +483,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse_varlen(const __grid_c
       int it = 0;  // K/V blocks loaded so far, across tiles: the ring position
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
-        const Tile w = tiles.at(tile, p);  // (non-persistent: one iteration)
+        const Tile w = tiles.at(tile, p);
         if (kVarlen && !w.valid()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
@@ -618,8 +621,38 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse_varlen(const __grid_c
     }
   };
 
-  // ---- epilogue: normalise, stage O (swizzled) in shared memory, TMA store ----
+  // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
   auto epilogue = [&](const Tile& w, int j) {
+    if constexpr (kDirectO) {
+      // Each thread's two rows as 8-byte stores of 4 columns: a thread holds 2 columns of
+      // each n8 group; lanes t and t ^ 1 swap one group of a pair (even t keeps group i,
+      // odd t group i + 1), so a warp's store writes a whole 32-byte sector in each of 8 rows.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row + 8 * h;
+        const bool in_seq = w.m0 + r < w.rows;  // (the shuffles need every lane: only the stores are predicated)
+        const int qr = tiles.query_of(r), hr = w.head + tiles.head_in_group(r);
+        u16* out = p.o + (i64)w.q_batch * p.o_batch_stride + (i64)hr * p.o_head_stride +
+                   (i64)(w.q_row + qr) * p.o_row_stride + 2 * t;
+        const bool odd = t & 1;
+#pragma unroll
+        for (int i = 0; i < kOT; i += 2)
+          if (i * 8 < kDv) {  // (dv is a multiple of 16: a pair is stored whole or not at all)
+            const u32 a = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
+            const u32 b = Elem::pack2(o[i + 1][2 * h] * inv[h], o[i + 1][2 * h + 1] * inv[h]);
+            const u32 got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
+            u16* dst = out + (odd ? (i + 1) * 8 - 2 : i * 8);
+            if (in_seq)
+              asm volatile("st.global.v2.u32 [%0], { %1, %2 };" ::"l"(dst), "r"(odd ? got : a), "r"(odd ? b : got) : "memory");
+          }
+        if (kWriteLse && t == 0 && in_seq) {
+          const int qa = tiles.query_of(w.m0 + r);
+          const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
+          p.lse[row0 + (i64)hr * p.lse_head_stride + qa] = lse[h];
+        }
+      }
+      return;
+    }
     const u32 sOt = kSeparateO ? sO : sQ + (j % kQBufs) * kQBytes;  // O's staging: own rows, or the Q buffer
     // The previous tile's store has finished reading the staging rows. With O staged apart its
     // issuer waits only now, so the store overlaps this tile's main loop; in the Q rows it
@@ -685,7 +718,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse_varlen(const __grid_c
   constexpr bool kChainTiles = false;  // KernelSpec::wgmma_chain_tiles
   // (Two stages at least: the next tile's first V, whose tail rows first_block may zero, must
   // load into a stage other than the last P V's.)
-  static_assert(!kChainTiles || (kPersistent && kQBufs > 1 && kStages >= 2), "chained tiles: persistent, two Q buffers");
+  static_assert(!kChainTiles || (kQBufs > 1 && kStages >= 2), "chained tiles: two Q buffers, two stages");
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
@@ -734,7 +767,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse_varlen(const __grid_c
       pack_p(pa, s[0]);
     }
     // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
-    if constexpr (kSeparateO) warp_arrive(bar.q_empty(qb));
+    if constexpr (kSeparateO || kDirectO) warp_arrive(bar.q_empty(qb));
     int rn = r + 1;
     Tile wn;
     const bool have_next = next_tile(rn, wn);

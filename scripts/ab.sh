@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A/B of template experiments in one GPU run: each variant is a set of environment knobs read
+# at render time; kernels compile at first use (FA4GEN_JIT=1), so one staged build serves all.
+#   VARIANTS="A: B:FA4GEN_EXP_X=1" SHAPES="256,512,1 ..." ROUNDS=2 scripts/ab.sh
+# Writes $OUT/ab-<variant>-<round>.jsonl, cuDNN/flash beside them, and prints a table.
+set -uo pipefail
+OUT=${OUT:-/tmp/fa4gen-out}
+mkdir -p "$OUT"
+export FA4GEN_KERNELS=.stage/generated FA4GEN_JIT=1
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for v in $VARIANTS; do
+    name=${v%%:*}; knobs=${v#*:}
+    env ${knobs//,/ } .stage/bin/bench_fwd .stage/generated $SHAPES > "$OUT/ab-$name-$round.jsonl" 2> "$OUT/ab-$name-$round.err"
+  done
+  python3 scripts/bench_sdpa.py $SHAPES > "$OUT/ab-sdpa-$round.jsonl" 2> "$OUT/ab-sdpa-$round.err"
+done
+python3 - "$OUT" <<'PY'
+import glob, json, os, sys
+rows = {}
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.jsonl"))):
+    name = os.path.basename(f)[3:-6]
+    for l in open(f):
+        if not l.startswith("{"): continue
+        r = json.loads(l)
+        if "tflops" not in r: continue
+        key = (r.get("d"), r.get("s"), r.get("causal"))
+        col = name.rsplit("-", 1)[0] if r.get("impl") == "fa4gen" else r.get("impl")
+        rows.setdefault(key, {}).setdefault(col, []).append(r["tflops"])
+for key in sorted(rows, key=str):
+    print(key, "  ".join(f"{c} {'/'.join(str(x) for x in v)}" for c, v in sorted(rows[key].items())))
+PY
