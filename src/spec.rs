@@ -698,6 +698,28 @@ impl FromStr for KernelSpec {
 mod tests {
     use super::*;
 
+    /// O goes from registers to global memory exactly where it has no staging rows besides
+    /// the one Q buffer; two Q buffers or O's own rows keep the TMA store.
+    #[test]
+    fn o_from_registers_where_one_q_buffer_and_no_o_rows() {
+        for (stem, direct) in [
+            ("fwd.sm90.wgmma.bf16.d256x256.m128n80.q1.causal", true),
+            ("fwd.sm90.wgmma.bf16.d256x256.m128n64.q1.local", true),
+            ("fwd.sm90.wgmma.bf16.d192x128.m128n128.q1.causal", true),
+            ("fwd.sm90.wgmma.bf16.d192x128.m128n64.q1.causal", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n160.q1", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal", false),
+            ("fwd.sm90.wgmma.bf16.d64x64.m192n128.q1", false),
+        ] {
+            let spec: KernelSpec = stem.parse().unwrap();
+            let g = spec.geometry();
+            assert_eq!(spec.wgmma_o_direct(), direct, "{stem}");
+            if direct {
+                assert_eq!((g.q_bufs, g.smem_o), (1, g.smem_q), "{stem}");
+            }
+        }
+    }
+
     fn base() -> KernelSpec {
         KernelSpec {
             arch: Arch::Sm90,

@@ -50,6 +50,11 @@ fn sm90_wgmma_d64_fp16() {
     snap("fwd.sm90.wgmma.fp16.d64x64.m192n128.q1");
 }
 #[test]
+fn sm90_wgmma_d256_o_from_registers() {
+    // One Q buffer and no rows for O: O stored from registers (`KernelSpec::wgmma_o_direct`).
+    snap("fwd.sm90.wgmma.bf16.d256x256.m128n80.q1.causal.lse.varlen");
+}
+#[test]
 fn sm90_wgmma_packed_gqa_causal_sink() {
     snap("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.packgqa.sink");
 }
