@@ -422,8 +422,8 @@ impl KernelSpec {
     /// Whether the wgmma kernel stores O from registers straight to global memory rather than
     /// staging it for a TMA store: where shared memory holds neither O's own rows nor a second
     /// Q buffer (d 192/128 128x128, d 256). Staged in the one Q buffer, O kept the next tile's
-    /// Q from loading until the store had read it; stored directly (8-byte stores, a whole
-    /// sector per row per warp store), the buffer is free after the last Q K^T and the next
+    /// Q from loading until the store had read it; stored directly (8-byte stores, 32
+    /// contiguous bytes per row per warp store), the buffer is free after the last Q K^T and the next
     /// Q loads under the last P V and the epilogue. Same run, against staging in Q: d 256
     /// causal S 512 257 vs 240 TFLOP/s, 1k 363 vs 338; d 192/128 causal 512 281 vs 275, 1k
     /// 384 vs 370. (4-byte stores, half a sector each, lost 14% at d 256 S 512.) With it the

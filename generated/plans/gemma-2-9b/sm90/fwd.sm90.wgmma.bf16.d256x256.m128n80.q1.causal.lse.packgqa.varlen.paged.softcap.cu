@@ -182,8 +182,8 @@ struct Tile {
 // all the diagonal's longest tiles). Packed GQA under a mask with K/V too large for L2 (d > 64)
 // runs the G Q blocks that unpacked would be one head's tile of G x kTileM queries fastest
 // (their costs differ by a block at most): CTAs at work together then share a KV head's K/V
-// blocks in L2, as the heads of a group do unpacked; the last run's Q blocks past the end
-// are empty tiles.
+// blocks in L2, as the heads of a group do unpacked; the m_blocks % G lowest blocks follow
+// the whole runs in the plain masked order, so no tile is empty.
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
@@ -626,7 +626,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_lse_packgqa_varlen_paged_s
     if constexpr (kDirectO) {
       // Each thread's two rows as 8-byte stores of 4 columns: a thread holds 2 columns of
       // each n8 group; lanes t and t ^ 1 swap one group of a pair (even t keeps group i,
-      // odd t group i + 1), so a warp's store writes a whole 32-byte sector in each of 8 rows.
+      // odd t group i + 1), so a warp's store writes 32 contiguous bytes in each of 8 rows
+      // (one whole sector where rows are 32-byte aligned).
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = row + 8 * h;
