@@ -620,6 +620,14 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_lse_varlen(const __grid_co
     }
   };
 
+  // Row r of tile w (in range) has its LSE: (B, H, Sq), or (H, total_q) for packed q, whose
+  // q_row is then the row among all.
+  auto store_lse = [&](const Tile& w, int r, float value) {
+    const int qr = tiles.query_of(w.m0 + r), hr = w.head + tiles.head_in_group(r);
+    const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
+    p.lse[row0 + (i64)hr * p.lse_head_stride + qr] = value;
+  };
+
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
   auto epilogue = [&](const Tile& w, int j) {
     if constexpr (kDirectO) {
@@ -645,11 +653,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_lse_varlen(const __grid_co
             if (in_seq)
               asm volatile("st.global.v2.u32 [%0], { %1, %2 };" ::"l"(dst), "r"(odd ? got : a), "r"(odd ? b : got) : "memory");
           }
-        if (kWriteLse && t == 0 && in_seq) {
-          const int qa = tiles.query_of(w.m0 + r);
-          const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
-          p.lse[row0 + (i64)hr * p.lse_head_stride + qa] = lse[h];
-        }
+        if (kWriteLse && t == 0 && in_seq) store_lse(w, r, lse[h]);
       }
       return;
     }
@@ -673,12 +677,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_lse_varlen(const __grid_co
         const u32 v = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
       }
-      if (kWriteLse && et == 0 && w.m0 + r < w.rows) {
-        // (B, H, Sq), or (H, total_q) for packed q: q_row is then the row among all.
-        const int qr = tiles.query_of(w.m0 + r), hr = w.head + tiles.head_in_group(r);
-        const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
-        p.lse[row0 + (i64)hr * p.lse_head_stride + qr] = lse[h];
-      }
+      if (kWriteLse && et == 0 && w.m0 + r < w.rows) store_lse(w, r, lse[h]);
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + cons, 128);
