@@ -131,7 +131,8 @@ struct WgmmaFwd<'a> {
     ctas_per_sm: u32,
     chain_tiles: bool,
     o_direct: bool,
-    group_q_blocks: bool,
+    /// Q blocks per run of the masked schedule: 0 packed (runs of G), -1 none.
+    q_run: i64,
     params_size: usize,
 }
 
@@ -192,7 +193,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 ctas_per_sm: spec.ctas_per_sm(),
                 chain_tiles: spec.wgmma_chain_tiles(),
                 o_direct: spec.wgmma_o_direct(),
-                group_q_blocks: spec.wgmma_groups_q_blocks(),
+                q_run: spec.wgmma_q_run().map_or(-1, i64::from),
                 params_size,
             }
             .render()

@@ -411,7 +411,7 @@ mod tests {
         w.causal = true;
         let s = sel(&w, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
-        assert!(s.spec.wgmma_groups_q_blocks());
+        assert_eq!(s.spec.wgmma_q_run(), Some(0));
         assert_eq!(s.grid, (3 * 8 * 2, 1, 1));
         w.seqlen_q = 129; // 9 blocks: a whole run and one more
         w.pack_gqa = Some(true);

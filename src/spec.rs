@@ -445,15 +445,29 @@ impl KernelSpec {
         g.stages > WGMMA_STAGES && g.q_bufs == 2
     }
 
-    /// Whether the wgmma kernel's schedule runs packed-GQA Q blocks in runs of G under a mask
-    /// (`Tiles` in fwd_sm90.cu; the m_blocks % G lowest blocks follow the whole runs, in the
-    /// plain order, so no tile is empty): the G Q blocks that
-    /// unpacked would be one head's tile then work at the same time and share their KV head's
-    /// K/V in L2. That pays once K/V outgrow L2: H200, H64/Hkv8 causal, d 128 1k 0.84 -> 0.98
-    /// and 4k 0.94 -> 1.00 of unpacked; at d 64 (K/V of 32 MB) the plain heaviest-first order
-    /// balanced better, 512 1.09 and 1k 1.19 of unpacked against 0.91 and 1.00 in runs.
-    pub fn wgmma_groups_q_blocks(&self) -> bool {
-        self.pack_gqa && self.mask != Mask::None && self.d.max(self.dv) > 64
+    /// The Q blocks the wgmma kernel's masked schedule runs together, one (head, batch)'s
+    /// consecutive blocks fastest (`Tiles` in fwd_sm90.cu), or `None` for the plain masked
+    /// order ((head, batch) fastest, heaviest blocks first). CTAs at work together then
+    /// share fewer heads' K/V, each read by more of them while it is in L2; whole runs come
+    /// heaviest first and the m_blocks % run lowest blocks follow in the plain order, so no
+    /// tile is empty and the snake still evens out the costs (simulated max/mean work per
+    /// CTA 1.03 for runs of 16 at 128 Q blocks x 16 heads).
+    /// - `Some(0)`: packed GQA at d > 64, runs of G (the group, a run-time value): the G Q
+    ///   blocks that unpacked would be one head's tile. H200, H64/Hkv8 causal, d 128 1k
+    ///   0.84 -> 0.98 and 4k 0.94 -> 1.00 of unpacked; at d 64 (K/V of 32 MB) the plain
+    ///   order balanced better, 512 1.09 and 1k 1.19 of unpacked against 0.91 and 1.00.
+    /// - `Some(16)`: unpacked causal. H200, B·S 16k, H·d 2048, one run, three rounds,
+    ///   TFLOP/s plain -> runs of 16: 4k d 64 443 -> 454, d 128 592 -> 619, d 192/128 621
+    ///   -> 665, d 256 664 -> 686; 16k d 64 478 -> 489, d 192/128 629 -> 646 (runs of 8 and
+    ///   32 within 1-2% of 16; d 128 and 256 at 16k moved 10% between rounds either way).
+    /// Local masks (unmeasured) keep the plain order.
+    pub fn wgmma_q_run(&self) -> Option<u32> {
+        match self.mask {
+            Mask::None => None,
+            _ if self.pack_gqa => (self.d.max(self.dv) > 64).then_some(0),
+            Mask::Causal => Some(16),
+            Mask::Local => None,
+        }
     }
 
     /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after

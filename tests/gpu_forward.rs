@@ -527,6 +527,47 @@ fn oracle_flagship_tiles() {
     );
 }
 
+/// The flagship's causal schedule in runs of 16 Q blocks of one (head, batch)
+/// (`KernelSpec::wgmma_q_run`) needs 16 blocks or more to form a run: sequences of 17-24
+/// blocks (one run and a ragged rest), 32+ (two runs), Sq != Sk both ways, odd head counts,
+/// GQA unpacked, on every head dim. A tile the decode skipped or dealt twice leaves poisoned
+/// rows or races; each case runs REPEATS times and is bit-compared.
+#[test]
+fn oracle_flagship_causal_runs() {
+    let shapes = [(2100, 2100), (2049, 3001), (4200, 2500), (3000, 3000)];
+    let mut cases = Vec::new();
+    for (i, (d, dv)) in [(64, 64), (128, 128), (192, 128), (256, 256)]
+        .into_iter()
+        .enumerate()
+    {
+        for j in 0..2 {
+            let (sq, sk) = shapes[(i + 2 * j) % shapes.len()];
+            cases.push(Case {
+                dtype: DType::ALL[(i + j) % 2],
+                d,
+                dv,
+                batch: 1 + j,
+                sq,
+                sk,
+                heads: 3 * (1 + j),
+                heads_kv: 3,
+                causal: true,
+                window: (None, None),
+                lse: j == 0,
+                pack_gqa: Some(false),
+                pad: if i % 2 == 1 { 8 } else { 0 },
+                tile_mn: None,
+            });
+        }
+    }
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    run_all_on(
+        "oracle_flagship_causal_runs",
+        &cases,
+        on_hopper.then_some("wgmma"),
+    );
+}
+
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,
 /// windows that empty whole rows, Sk = 0 (memset path), Sq = 0, odd sizes, GQA 8.
 #[test]

@@ -181,29 +181,35 @@ struct Tile {
 // (furthest down the Q axis) first, heads fastest: a round's tiles cost nearly the same and
 // the snake evens out the rest (simulated max/mean work per CTA 1.00-1.03 for S 512..16k,
 // against 1.6 for round-robin over Q-block-fastest tiles, which gave one CTA of every four
-// all the diagonal's longest tiles). Packed GQA under a mask with K/V too large for L2 (d > 64)
-// runs the G Q blocks that unpacked would be one head's tile of G x kTileM queries fastest
-// (their costs differ by a block at most): CTAs at work together then share a KV head's K/V
-// blocks in L2, as the heads of a group do unpacked; the m_blocks % G lowest blocks follow
-// the whole runs in the plain masked order, so no tile is empty.
+// all the diagonal's longest tiles). In runs (KernelSpec::wgmma_q_run) a (head, batch)'s
+// consecutive Q blocks run fastest, heaviest run first: CTAs at work together then share
+// fewer heads' K/V, each block read by more of them while it is in L2 (unpacked causal:
+// runs of 16; packed GQA at d > 64: runs of G, the Q blocks that unpacked would be one
+// head's tile of G x kTileM queries). The m_blocks % run lowest blocks follow the whole
+// runs in the plain masked order, so no tile is empty.
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
+  int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
-  static constexpr bool kGrouped = false;  // Q blocks in runs of G (KernelSpec::wgmma_groups_q_blocks)
+  static constexpr int kRun = -1;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
+  static constexpr bool kGrouped = kRun >= 0;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
-  // pairs masked), heads (KV heads when packed), the GQA group.
-  FastDivmod by_fast, by_heads, by_group;
+  // pairs masked), heads (KV heads when packed), the GQA group, the run.
+  FastDivmod by_fast, by_heads, by_group, by_run;
   FA4_DEVICE explicit Tiles(const FwdParams& p)
       : group(kPackGqa ? p.group : 1),
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
         count(m_blocks * heads * p.batch),
         group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
-        run_tiles((m_blocks & ~(group - 1)) * heads * p.batch),
+        run(kRun > 0 ? kRun : group),
+        run_rest(m_blocks % run),
+        run_tiles((m_blocks - run_rest) * heads * p.batch),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
-        by_group(p.group) {}
+        by_group(p.group),
+        by_run(run) {}
   // The query of packed row r and its head within the group (r itself and 0 unpacked): shifts,
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
@@ -216,20 +222,20 @@ struct Tiles {
   FA4_DEVICE Tile at(int tile, const FwdParams& p) const {
     Tile w;
     // Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q blocks
-    // first. Grouped: the whole runs of G Q blocks first, heaviest run first, a run's blocks
-    // fastest (tile = (run * by_fast.divisor + hb) * G + m_lo); then the m_blocks % G lowest
+    // first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest (tile
+    // = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
     // blocks, the lightest under a causal mask, in the masked order. No tile is empty, so
     // the static schedule deals every CTA real work.
     int slow, fast;  // tile = slow * by_fast.divisor + fast
     int m_lo = 0;
     const bool in_run = kGrouped && tile < run_tiles;
-    if (in_run) by_group.divmod(tile, tile, m_lo);
+    if (in_run) by_run.divmod(tile, tile, m_lo);
     by_fast.divmod(kGrouped && !in_run ? tile - run_tiles : tile, slow, fast);
     const int mb = kMask == MaskKind::None ? fast : slow;
     const int hb = kMask == MaskKind::None ? slow : fast;
     const int m_block = kMask == MaskKind::None ? mb
-                        : in_run               ? m_blocks - (mb + 1) * group + m_lo
-                        : kGrouped             ? (m_blocks & (group - 1)) - 1 - mb
+                        : in_run               ? m_blocks - (mb + 1) * run + m_lo
+                        : kGrouped             ? run_rest - 1 - mb
                                                : m_blocks - 1 - mb;
     by_heads.divmod(hb, w.batch, w.head);
     if (kPackGqa) {
