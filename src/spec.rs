@@ -460,7 +460,7 @@ impl KernelSpec {
     ///   TFLOP/s plain -> runs of 16: 4k d 64 443 -> 454, d 128 592 -> 619, d 192/128 621
     ///   -> 665, d 256 664 -> 686; 16k d 64 478 -> 489, d 192/128 629 -> 646 (runs of 8 and
     ///   32 within 1-2% of 16; d 128 and 256 at 16k moved 10% between rounds either way).
-    /// Local masks (unmeasured) keep the plain order.
+    /// - Local masks (unmeasured): `None`, the plain order.
     pub fn wgmma_q_run(&self) -> Option<u32> {
         match self.mask {
             Mask::None => None,
