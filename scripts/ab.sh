@@ -2,7 +2,7 @@
 # A/B of template experiments in one GPU run: each variant is a set of environment knobs read
 # at render time; kernels compile at first use (FA4GEN_JIT=1), so one staged build serves all.
 #   VARIANTS="A: B:FA4GEN_EXP_X=1" SHAPES="256,512,1 ..." ROUNDS=2 scripts/ab.sh
-# Writes $OUT/ab-<variant>-<round>.jsonl, cuDNN/flash beside them, and prints a table.
+# Prints a table and writes every line to $OUT/ab.txt (tagged ab-<variant>-<round>.jsonl, ab-sdpa-<round>).
 set -uo pipefail
 OUT=${OUT:-/tmp/fa4gen-out}
 mkdir -p "$OUT"
@@ -39,3 +39,8 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.jsonl"))):
 for key in sorted(rows, key=str):
     print(key, "  ".join(f"{c} {'/'.join(str(x) for x in v)}" for c, v in sorted(rows[key].items())))
 PY
+# One file for the record (the device tool returns a few files only): every line tagged with
+# the file it came from; the per-round files and their logs then go.
+for f in "$OUT"/ab-*.jsonl; do sed "s/^{/{\"file\":\"$(basename "$f")\",/" "$f"; done > "$OUT/ab.txt"
+grep -h -i -E "error|panic" "$OUT"/ab-*.err | head
+rm -f "$OUT"/ab-*.jsonl "$OUT"/ab-*.err

@@ -133,6 +133,7 @@ struct WgmmaFwd<'a> {
     o_direct: bool,
     /// Q blocks per run of the masked schedule: 0 packed (runs of G), -1 none.
     q_run: i64,
+    max_slack: u32,
     params_size: usize,
 }
 
@@ -194,6 +195,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 chain_tiles: spec.wgmma_chain_tiles(),
                 o_direct: spec.wgmma_o_direct(),
                 q_run: spec.wgmma_q_run().map_or(-1, i64::from),
+                max_slack: spec.wgmma_max_slack(),
                 params_size,
             }
             .render()

@@ -470,6 +470,20 @@ impl KernelSpec {
         }
     }
 
+    /// How far (scaled scores, log2 units) a block's row max may exceed the running max before
+    /// the wgmma kernel moves it (`OnlineSoftmax::update`): P then stays below 2^slack, and a
+    /// warp whose rows all kept their max skips rescaling O (in tiles of 8+ blocks). The
+    /// result is the same up to rounding: the normalisation and the LSE use the max the
+    /// exponentials did. H200, same run, three rounds, TFLOP/s exact max -> slack 8:
+    /// d 128 full 4k 667 -> 708, 16k 634 -> 653; d 256 full 16k 701 -> 746; d 192/128 full
+    /// 16k 691 -> 698; d 64 full 4k 507 -> 526, 16k 512 -> 516, causal 16k 484 -> 508;
+    /// d 192/128 causal 4k 672 -> 676; short causal lost 0.5-2.5% with the vote in every
+    /// tile (d 256 1k 363 -> 356, d 64 1k 320 -> 313), hence the 8-block floor. Windows
+    /// (tiles of two or three blocks) keep the exact max.
+    pub fn wgmma_max_slack(&self) -> u32 {
+        if self.mask == Mask::Local { 0 } else { 8 }
+    }
+
     /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after
     /// `setmaxnreg`: the consumers take what the producer gives back (FA3's split).
     pub fn wgmma_registers(&self) -> (u32, u32) {

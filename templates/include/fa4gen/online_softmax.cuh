@@ -49,8 +49,12 @@ struct OnlineSoftmax {
       }
   }
 
-  // Fold in a block of scores: s becomes P (unnormalised, at the new max) in place, and corr
-  // receives the factor every earlier O accumulator of the row must be multiplied by.
+  // Fold in a block of scores: s becomes P (unnormalised, at the running max) in place, and
+  // corr receives the factor every earlier O accumulator of the row must be multiplied by.
+  // kSlackLog2 > 0: the running max moves only when a block's exceeds it by more than that
+  // (scaled, log2 units), so P stays below 2^kSlackLog2 and corr is exactly 1 otherwise
+  // (the final normalisation and LSE use the same max, so the result is the same).
+  template <int kSlackLog2 = 0>
   FA4_DEVICE void update(float (&s)[MT][NT][4], float scale_log2, float (&corr)[MT][2]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -59,6 +63,9 @@ struct OnlineSoftmax {
         float mx = fmaxf(row_max[mt][h], reduce_row(s[mt], h, [](float a, float b) { return fmaxf(a, b); }));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        if constexpr (kSlackLog2 > 0) {
+          if ((mx - row_max[mt][h]) * scale_log2 <= (float)kSlackLog2) mx = row_max[mt][h];  // (false for -inf)
+        }
         // A row masked everywhere so far keeps max -inf: subtract 0 so exp2 sees -inf (p = 0),
         // never -inf - -inf = NaN.
         const float base = mx == neg_inf() ? 0.f : mx * scale_log2;

@@ -560,7 +560,16 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal_paged(const __grid_consta
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[i][e] = 0.f;
   };
+  // A row's running max moves only when a block's exceeds it by more than kMaxSlack (scaled,
+  // log2 units; KernelSpec::wgmma_max_slack): after a tile's first blocks most blocks leave
+  // every row's max, and so O, as it is, and a warp whose rows all kept theirs skips the
+  // rescale (kDvPad / 2 multiplies per thread, issued inside the consumer's turn). Tiles of
+  // fewer than kLazyBlocks blocks rescale unconditionally: their maxima still move, and the
+  // vote would only cost.
+  constexpr int kMaxSlack = 8, kLazyBlocks = 8;
+  bool lazy = false;  // this tile's rescales may be skipped
   auto rescale_o = [&]() {
+    if (kMaxSlack > 0 && lazy && __all_sync(0xffffffffu, corr[0][0] == 1.f && corr[0][1] == 1.f)) return;
 #pragma unroll
     for (int i = 0; i < kOT; ++i) {
       o[i][0] *= corr[0][0];
@@ -590,7 +599,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal_paged(const __grid_consta
       const int query[2] = {tiles.query_of(w.m0 + row), tiles.query_of(w.m0 + row + 8)};
       mask_block(s[0], mask, query, n0, t);
     }
-    softmax.update(s, scale_log2, corr);
+    softmax.template update<kMaxSlack>(s, scale_log2, corr);
   };
   // The first visited block (ring position it) of tile w has its S: release K, the softmax.
   auto first_block = [&](const Tile& w, int it) {
@@ -738,6 +747,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal_paged(const __grid_consta
   bool head_done = false;  // the tile's first block went through its softmax in the tile before's tail
   while (have) {
     const int qb = j % kQBufs;
+    lazy = w.n_blocks >= kLazyBlocks;
     if (!head_done) {
       zero_o();
       softmax.init();
