@@ -460,7 +460,7 @@ impl KernelSpec {
     ///   TFLOP/s plain -> runs of 16: 4k d 64 443 -> 454, d 128 592 -> 619, d 192/128 621
     ///   -> 665, d 256 664 -> 686; 16k d 64 478 -> 489, d 192/128 629 -> 646 (runs of 8 and
     ///   32 within 1-2% of 16; d 128 and 256 at 16k moved 10% between rounds either way).
-    /// - Local masks (unmeasured): `None`, the plain order.
+    /// - Unpacked local masks (unmeasured): `None`, the plain order.
     pub fn wgmma_q_run(&self) -> Option<u32> {
         match self.mask {
             Mask::None => None,
@@ -479,7 +479,11 @@ impl KernelSpec {
     /// 16k 691 -> 698; d 64 full 4k 507 -> 526, 16k 512 -> 516, causal 16k 484 -> 508;
     /// d 192/128 causal 4k 672 -> 676; short causal lost 0.5-2.5% with the vote in every
     /// tile (d 256 1k 363 -> 356, d 64 1k 320 -> 313), hence the 8-block floor. Windows
-    /// (tiles of two or three blocks) keep the exact max.
+    /// (tiles of two or three blocks) keep the exact max. The cost is accuracy on sharply
+    /// peaked rows: the dominant key's P (exactly 1 with the exact max) is up to 2^8 and
+    /// rounded to 16 bits for P V while the row sum adds it unrounded (a CPU model: worst
+    /// error 4.9e-3 of max |O| with bf16 P against 9.9e-4; FA4 on Blackwell makes the same
+    /// trade). The oracle's bounds hold (worst err/bound 0.5, as before).
     pub fn wgmma_max_slack(&self) -> u32 {
         if self.mask == Mask::Local { 0 } else { 8 }
     }
