@@ -128,7 +128,22 @@ pub fn run(a: StageArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// Copies a kernel library's manifest and cubins, refusing one whose cubins do not match its
+/// manifest (cubins are git-ignored: after a checkout they may be another commit's, and the
+/// loader on the GPU host would refuse them one test case at a time).
 fn copy_dir(src: &Path, dst: &Path) -> Result<(), String> {
+    let manifest = fa4gen::manifest::Manifest::read(src).map_err(|e| e.to_string())?;
+    for k in &manifest.kernels {
+        let Some(c) = &k.cubin else { continue };
+        let path = src.join(k.cubin_file());
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if fa4gen::render::sha256_hex(&bytes) != c.sha256 {
+            return Err(format!(
+                "{}: does not match its manifest (a cubin of another commit?); run `cargo xtask gen` for this library first",
+                path.display()
+            ));
+        }
+    }
     let entries = std::fs::read_dir(src).map_err(|e| format!("{}: {e}", src.display()))?;
     for e in entries.flatten() {
         let name = e.file_name();

@@ -181,9 +181,10 @@ struct Tile {
 // all the diagonal's longest tiles). In runs (KernelSpec::wgmma_q_run) a (head, batch)'s
 // consecutive Q blocks run fastest, heaviest run first: CTAs at work together then share
 // fewer heads' K/V, each block read by more of them while it is in L2 (unpacked causal:
-// runs of 16; packed GQA at d > 64: runs of G, the Q blocks that unpacked would be one
-// head's tile of G x kTileM queries). The m_blocks % run lowest blocks follow the whole
-// runs in the plain masked order, so no tile is empty.
+// runs of 16, or all of a head's Q blocks where it has fewer: its K/V is then read from
+// DRAM once, not once per Q block; packed GQA at d > 64: runs of G, the Q blocks that
+// unpacked would be one head's tile of G x kTileM queries). The m_blocks % run lowest blocks
+// follow the whole runs in the plain masked order, so no tile is empty.
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
@@ -200,7 +201,7 @@ struct Tiles {
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
         count(m_blocks * heads * p.batch),
         group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
-        run(kRun > 0 ? kRun : group),
+        run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
