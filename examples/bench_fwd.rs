@@ -80,6 +80,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut p = Problem::new(DType::Bf16, b, s, s, h, h, d, dv);
         p.causal = causal;
         p.tile_mn = tile;
+        // FA4GEN_CTA_PAIRS=0/1 forces Problem::cta_pairs off/on (A/B of the pairs rule).
+        p.cta_pairs = std::env::var("FA4GEN_CTA_PAIRS").ok().map(|v| v == "1");
         let why = match fa.plan(&p) {
             Err(e) => Some(e.to_string()),
             Ok((_, sel)) if !fa.can_load(&sel.spec) => Some(format!("{} is not built", sel.spec)),

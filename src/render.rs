@@ -70,6 +70,10 @@ pub const HEADERS: &[(&str, &str)] = &[
         include_str!("../templates/include/fa4gen/tma.cuh"),
     ),
     (
+        "fa4gen/cluster.cuh",
+        include_str!("../templates/include/fa4gen/cluster.cuh"),
+    ),
+    (
         "fa4gen/warpgroup.cuh",
         include_str!("../templates/include/fa4gen/warpgroup.cuh"),
     ),
@@ -133,6 +137,7 @@ struct WgmmaFwd<'a> {
     o_direct: bool,
     /// Q blocks per run of the masked schedule: 0 packed (runs of G), -1 none.
     q_run: i64,
+    pairs: bool,
     max_slack: u32,
     params_size: usize,
 }
@@ -195,6 +200,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 chain_tiles: spec.wgmma_chain_tiles(),
                 o_direct: spec.wgmma_o_direct(),
                 q_run: spec.wgmma_q_run().map_or(-1, i64::from),
+                pairs: spec.wgmma_pairs(),
                 max_slack: spec.wgmma_max_slack(),
                 params_size,
             }

@@ -43,10 +43,21 @@ pub struct Selection {
     pub grid: (u32, u32, u32),
     /// K ranges per (query block, head); > 1 only for split kernels.
     pub num_splits: u32,
+    /// Launch the wgmma kernel in CTA pairs (`KernelSpec::wgmma_pairs`): the call has an even
+    /// number of Q blocks, so a pair's tiles are two Q blocks of one head, and the grid is even.
+    pub pairs: bool,
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
     /// library without it falls back to `select_table` (see `FlashAttention::plan`).
     pub decode_tile: bool,
 }
+
+/// Keys from which unmasked dense calls run in CTA pairs by default (`Problem::cta_pairs`).
+/// H200, B·S 16k, H·d 2048, one run, three rounds, TFLOP/s alone -> pairs: 16k d 64 517 ->
+/// 520, d 128 648 -> 670, d 192/128 689 -> 702, d 256 743 -> 744; 8k within the rounds'
+/// noise either way; 2k d 128 684 -> 679, 1k 630 -> 621 (in pairs the partners wait for each
+/// other at every K/V stage; the halved L2 -> SM traffic pays where the long cells run at the
+/// power cap).
+pub const PAIRS_MIN_KEYS: usize = 16384;
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
@@ -307,9 +318,19 @@ pub fn select_with(
     }
     // The flagship is persistent: one CTA per SM (two for tile_m 64) walks the (Q block, head,
     // batch) tiles.
+    let tiles = m_blocks * heads * p.batch;
+    let pairs = spec.wgmma_pairs()
+        && m_blocks.is_multiple_of(2)
+        && tiles >= 2
+        && device.sm_count >= 2
+        && p.cta_pairs.unwrap_or(p.seqlen_k >= PAIRS_MIN_KEYS);
     let grid = if spec.imp == crate::spec::Impl::Wgmma {
-        let tiles = (m_blocks * heads * p.batch).max(1);
-        let ctas = tiles.min((device.sm_count * spec.ctas_per_sm()).max(1) as usize);
+        let mut ctas = tiles
+            .max(1)
+            .min((device.sm_count * spec.ctas_per_sm()).max(1) as usize);
+        if pairs {
+            ctas &= !1; // whole pairs (tiles is even)
+        }
         (ctas as u32, 1, 1)
     } else {
         (
@@ -322,6 +343,7 @@ pub fn select_with(
         spec,
         grid,
         num_splits,
+        pairs,
         decode_tile: decode && class.decode() == Some(spec),
     })
 }
@@ -481,6 +503,41 @@ mod tests {
         };
         let s = select_with(&p, &p.validate().unwrap(), &H200, prefer).unwrap();
         assert_eq!(s.spec.imp, Impl::Portable);
+    }
+
+    /// CTA pairs: unmasked dense calls with an even number of Q blocks, over an even grid.
+    #[test]
+    fn pairs() {
+        let mut p = Problem::new(DType::Bf16, 1, 1000, 1000, 1, 1, 128, 128);
+        assert!(!sel(&p, &H200).pairs); // default: 16k keys and more
+        p.seqlen_k = PAIRS_MIN_KEYS;
+        let s = sel(&p, &H200);
+        assert!(s.pairs);
+        assert_eq!(s.grid, (8, 1, 1)); // 8 Q blocks of 128: four pairs
+        p.heads = 33; // 264 tiles: the grid is the SMs, an even 132
+        p.heads_kv = 33;
+        assert_eq!((sel(&p, &H200).pairs, sel(&p, &H200).grid.0), (true, 132));
+        let odd_sms = DeviceInfo {
+            sm_count: 131,
+            ..H200
+        };
+        assert_eq!(sel(&p, &odd_sms).grid.0, 130);
+        p.seqlen_q = 1100; // 9 Q blocks: alone
+        assert!(!sel(&p, &H200).pairs);
+        p.seqlen_q = 1000;
+        p.causal = true; // partners' K ranges differ
+        assert!(!sel(&p, &H200).pairs);
+        p.causal = false;
+        p.seqlen_q = 1; // one Q block
+        p.heads = 1;
+        p.heads_kv = 1;
+        assert!(!sel(&p, &H200).pairs);
+        p.seqlen_q = 1000;
+        p.cta_pairs = Some(false);
+        assert!(!sel(&p, &H200).pairs);
+        p.seqlen_k = 7;
+        p.cta_pairs = Some(true);
+        assert!(sel(&p, &H200).pairs);
     }
 
     #[test]

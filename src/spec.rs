@@ -475,6 +475,26 @@ impl KernelSpec {
         }
     }
 
+    /// The wgmma kernel may run in CTA pairs (clusters of 2 on neighbouring SMs): the two take
+    /// consecutive Q blocks of one head, so they visit the same K/V blocks in lockstep; each
+    /// loads half of every K/V block and the TMA multicasts it into both, halving the K/V
+    /// traffic from L2 to the SMs (`fa4gen/cluster.cuh`). Selection launches pairs when the
+    /// call has an even number of Q blocks and, by default, 16k keys or more
+    /// (`select::PAIRS_MIN_KEYS`: there the long cells run at the power cap and the halved
+    /// traffic pays, d 128 full 16k +3% on the H200; shorter, the partners' lockstep costs
+    /// about as much); else the same kernel runs alone (a cluster of one). Unmasked dense
+    /// calls only: under a mask the partners' K ranges differ, and varlen or paged K/V is
+    /// per sequence (FA3 makes the same choice).
+    pub fn wgmma_pairs(&self) -> bool {
+        self.imp == Impl::Wgmma
+            && self.mask == Mask::None
+            && !self.pack_gqa
+            && !self.feat.varlen
+            && !self.feat.paged
+            && !self.feat.split
+            && self.ctas_per_sm() == 1
+    }
+
     /// How far (scaled scores, log2 units) a block's row max may exceed the running max before
     /// the wgmma kernel moves it (`OnlineSoftmax::update`): P then stays below 2^slack, and a
     /// warp whose rows all kept their max skips rescaling O (in tiles of 8+ blocks). The

@@ -84,12 +84,14 @@ struct Case {
     pad: usize,
     /// A tile instead of the table's (FA4's `tile_mn`).
     tile_mn: Option<(u32, u32)>,
+    /// `Problem::cta_pairs` (`None`: selection's default).
+    pairs: Option<bool>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -103,7 +105,8 @@ impl Case {
             self.lse,
             self.pack_gqa,
             self.pad,
-            self.tile_mn
+            self.tile_mn,
+            self.pairs
         )
     }
 }
@@ -113,6 +116,8 @@ struct Outcome {
     lse_rel: f64,
     /// The implementation selection ran the case on (empty for degenerate calls).
     kernel: &'static str,
+    /// Selection launched it in CTA pairs (`KernelSpec::wgmma_pairs`).
+    paired: bool,
 }
 
 fn randn(rng: &mut StdRng, dtype: DType, n: usize) -> Vec<f32> {
@@ -164,6 +169,7 @@ fn run_case(
     p.return_lse = c.lse;
     p.pack_gqa = c.pack_gqa;
     p.tile_mn = c.tile_mn;
+    p.cta_pairs = c.pairs;
     let (qp, qs) = with_row_pad(&q, b, sq, h, c.d, c.pad);
     let (kp, ks) = with_row_pad(&k, b, sk, hkv, c.d, c.pad);
     let (vp, vs) = with_row_pad(&v, b, sk, hkv, c.dv, c.pad);
@@ -187,9 +193,9 @@ fn run_case(
     let o_len = (b * sq * o_row).max(1);
     let lse_len = (b * h * sq).max(1);
 
-    let kernel = match fa.plan(&p) {
-        Ok((_, sel)) => sel.spec.imp.name(),
-        Err(_) => "",
+    let (kernel, paired) = match fa.plan(&p) {
+        Ok((_, sel)) => (sel.spec.imp.name(), sel.pairs),
+        Err(_) => ("", false),
     };
     let mut results = Vec::new();
     for _ in 0..REPEATS {
@@ -223,6 +229,7 @@ fn run_case(
             err_over_bound: 0.0,
             lse_rel: 0.0,
             kernel,
+            paired,
         });
     }
     let rp = RefProblem {
@@ -277,6 +284,7 @@ fn run_case(
         },
         lse_rel,
         kernel,
+        paired,
     })
 }
 
@@ -290,14 +298,15 @@ fn run_all(label: &str, cases: &[Case]) {
 
 /// `run_all`, and with `want` every non-degenerate case must run on that implementation.
 fn run_all_on(label: &str, cases: &[Case], want: Option<&str>) {
-    run_all_with(label, cases, want, setup)
+    run_all_with(label, cases, want, setup);
 }
 
 type Setup = fn() -> Option<(Arc<CudaContext>, Arc<CudaStream>, FlashAttention)>;
 
-fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) {
+/// Returns how many cases ran in CTA pairs (0 where the tests skip).
+fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -> usize {
     let Some((_ctx, stream, fa)) = setup() else {
-        return;
+        return 0;
     };
     let seed = run_seed();
     println!(
@@ -308,6 +317,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) {
     let mut failures = Vec::new();
     let (mut worst, mut worst_lse) = (0f64, 0f64);
     let mut kernels = std::collections::BTreeMap::<&str, usize>::new();
+    let mut paired = 0;
     let t = std::time::Instant::now();
     for c in cases {
         match run_case(&stream, &fa, c, &mut rng) {
@@ -315,6 +325,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) {
                 worst = worst.max(o.err_over_bound);
                 worst_lse = worst_lse.max(o.lse_rel);
                 *kernels.entry(o.kernel).or_default() += 1;
+                paired += usize::from(o.paired);
                 if let Some(w) = want
                     && !o.kernel.is_empty()
                     && o.kernel != w
@@ -326,7 +337,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) {
         }
     }
     println!(
-        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?}; {:.1} s",
+        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?} ({paired} in CTA pairs); {:.1} s",
         cases.len() - failures.len(),
         failures.len(),
         t.elapsed().as_secs_f64()
@@ -340,6 +351,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) {
         failures.len(),
         cases.len()
     );
+    paired
 }
 
 const SIZES: [usize; 6] = [1, 7, 113, 128, 1000, 4096];
@@ -394,6 +406,7 @@ fn oracle_matrix() {
                             },
                             pad: 0,
                             tile_mn: None,
+                            pairs: None,
                         });
                     }
                     combo += 1;
@@ -440,6 +453,7 @@ fn oracle_flagship() {
                             pack_gqa: None,
                             pad: if i % 4 == 0 { 8 } else { 0 },
                             tile_mn: None,
+                            pairs: None,
                         });
                     }
                 }
@@ -514,6 +528,7 @@ fn oracle_flagship_tiles() {
                     pack_gqa: None,
                     pad: if i % 3 == 0 { 8 } else { 0 },
                     tile_mn: Some(tile),
+                    pairs: None,
                 });
             }
         }
@@ -557,6 +572,7 @@ fn oracle_flagship_causal_runs() {
                 pack_gqa: Some(false),
                 pad: if i % 2 == 1 { 8 } else { 0 },
                 tile_mn: None,
+                pairs: None,
             });
         }
     }
@@ -566,6 +582,72 @@ fn oracle_flagship_causal_runs() {
         &cases,
         on_hopper.then_some("wgmma"),
     );
+}
+
+/// CTA pairs (`KernelSpec::wgmma_pairs`): unmasked dense calls with an even number of Q blocks
+/// run in clusters of two that take a head's Q blocks 2i and 2i + 1 and share every K/V block,
+/// each CTA loading half of it into both. One pair (most of the grid idle), pairs over odd
+/// head counts and batches, more pairs than the device holds (several rounds), Sq != Sk both
+/// ways, K shorter than one block, every head dim, GQA unpacked (pairs forced below 16k keys,
+/// `Problem::cta_pairs`); an odd number of Q blocks runs the same kernel alone. A half block loaded into the wrong CTA or a stage released too
+/// early shows as a wrong or a moving result (each case runs REPEATS times, bit-compared).
+#[test]
+fn oracle_flagship_pairs() {
+    // (sq, sk, batch, heads, heads_kv)
+    let shapes = [
+        (256, 16384, 1, 1, 1),
+        (1000, 113, 2, 3, 3),
+        (4096, 1000, 1, 5, 5),
+        (130, 4097, 3, 4, 2),
+        (2048, 2048, 2, 7, 7),
+        (1000, 37, 1, 6, 3),
+        (113, 1000, 2, 2, 2),
+    ];
+    let mut cases = Vec::new();
+    for (i, (d, dv)) in [(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)]
+        .into_iter()
+        .enumerate()
+    {
+        for j in 0..3 {
+            let (sq, sk, batch, heads, heads_kv) = shapes[(i + 2 * j) % shapes.len()];
+            cases.push(Case {
+                dtype: DType::ALL[(i + j) % 2],
+                d,
+                dv,
+                batch,
+                sq,
+                sk,
+                heads,
+                heads_kv,
+                causal: false,
+                window: (None, None),
+                lse: j != 1,
+                pack_gqa: Some(false),
+                pad: if j == 2 { 8 } else { 0 },
+                tile_mn: None,
+                pairs: (sk < fa4gen::select::PAIRS_MIN_KEYS).then_some(true), // else the default
+            });
+        }
+    }
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    let paired = run_all_with(
+        "oracle_flagship_pairs",
+        &cases,
+        on_hopper.then_some("wgmma"),
+        setup,
+    );
+    // Those with an even number of Q blocks of the head dim's tile_m (192 at d 64, else 128) pair.
+    let even = cases
+        .iter()
+        .filter(|c| c.sq.div_ceil(if c.d <= 64 { 192 } else { 128 }) % 2 == 0)
+        .count();
+    assert!(
+        even >= 10 && even < cases.len(),
+        "cover pairs and lone CTAs"
+    );
+    if on_hopper {
+        assert_eq!(paired, even, "cases launched in CTA pairs");
+    }
 }
 
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,
@@ -587,6 +669,7 @@ fn oracle_edges() {
         pack_gqa: None,
         pad: 0,
         tile_mn: None,
+        pairs: None,
     };
     let cases = vec![
         Case {

@@ -28,7 +28,10 @@
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(rows / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
+// Pairs: launched in clusters of two, CTAs 2c and 2c + 1 take Q blocks 2i and 2i + 1 of one head and
+// each loads half of every K/V block into both (TMA multicast).
 // Heads share a KV head in groups of H / Hkv (unpacked GQA: rows = Sq). O is staged in its own rows.
+#include "fa4gen/cluster.cuh"
 #include "fa4gen/dtype.cuh"
 #include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
@@ -58,6 +61,12 @@ constexpr bool kPackGqa = false;  // rows are (query, head-in-group) pairs, grou
 // maybe not even finite. Masked scores ignore K's; V's tail rows are zeroed in shared memory
 // before P V (0 * NaN would poison O). Dense K/V is zero-filled by TMA at the tensor's end.
 constexpr bool kZeroVTail = kVarlen || kPaged;
+// CTA pairs (KernelSpec::wgmma_pairs). Launched in clusters of two, a pair takes consecutive Q
+// blocks of one head, so both visit the same K/V blocks in the same order: each CTA loads half
+// of every block, multicast into both, and a K/V stage is free once both CTAs' consumers have
+// released it. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
+constexpr bool kPairs = true;
+static_assert(!kPairs || kTileN % 16 == 0, "a pair's half K/V block is whole 8-row swizzle atoms");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -191,6 +200,7 @@ struct Tiles {
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
+  int pair;                           // CTAs in this CTA's cluster: 2 (launched in pairs) or 1
   static constexpr int kRun = -1;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
@@ -205,6 +215,7 @@ struct Tiles {
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
+        pair((int)cluster_size()),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
@@ -213,8 +224,14 @@ struct Tiles {
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
   FA4_DEVICE int head_in_group(int r) const { return kPackGqa ? r & (group - 1) : 0; }
-  // The tile of this CTA's round j (>= count: none).
+  // The tile of this CTA's round j (>= count: none). In pairs the snake runs over the
+  // clusters and a cluster takes tiles 2i and 2i + 1, one per rank (the host launches pairs
+  // only where m_blocks is even: the two are Q blocks of one head, and count is even).
   FA4_DEVICE int nth(int j) const {
+    if (pair == 2) {
+      const int n = (int)gridDim.x / 2, c = (int)blockIdx.x / 2;
+      return 2 * (j * n + ((j & 1) ? n - 1 - c : c)) + (int)(blockIdx.x & 1);
+    }
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return j * (int)gridDim.x + b;
   }
@@ -379,6 +396,8 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
   const u32 sQ = base + kSmemQ, sK = base + kSmemK, sV = base + kSmemV, sO = base + kSmemO;  // sO: kSeparateO only
   const Barriers bar{base + kSmemBar};
   const int tid = threadIdx.x, wg = tid / 128;
+  // In a pair (kPairs): the partner CTA's consumers release this CTA's K/V stages too.
+  const u32 kv_releasers = cluster_size() * 4 * kConsumers;
 
   if (tid == 0) {
 #pragma unroll
@@ -390,12 +409,13 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar.full_k(s), 1);
       mbar_init(bar.full_v(s), 1);
-      mbar_init(bar.empty_k(s), 4 * kConsumers);
-      mbar_init(bar.empty_v(s), 4 * kConsumers);
+      mbar_init(bar.empty_k(s), kv_releasers);  // one arrival per consumer warp (of the pair)
+      mbar_init(bar.empty_v(s), kv_releasers);
     }
     mbar_fence_init();
   }
-  __syncthreads();
+  // The partner's loads and arrivals reach these barriers: both CTAs' must be initialised.
+  cluster_sync();
 
   if (wg == 0) {
     // ================= producer =================
@@ -469,6 +489,15 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
           }
         } else {
           mbar_arrive_expect_tx(full, (u32)(kKVChunk * chunks));
+          if (tiles.pair == 2) {
+            // This rank's half of the rows (a multiple of 8: whole swizzle atoms), into both
+            // CTAs; the partner's half completes this CTA's barrier as well.
+            const int half = (int)(blockIdx.x & 1) * (kTileN / 2);
+#pragma unroll
+            for (int c = 0; c < chunks; ++c)
+              tma_load_4d_multicast(dst + c * kKVChunk + half * 128, map, full, 64 * c, w.k_row + n0 + half, w.head_kv, w.k_batch, 0x3);
+            return;
+          }
 #pragma unroll
           for (int c = 0; c < chunks; ++c)
             tma_load_4d(dst + c * kKVChunk, map, full, 64 * c, w.k_row + n0, w.head_kv, w.k_batch);
@@ -535,6 +564,13 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
   auto warp_arrive = [&](u32 b) {
     __syncwarp();
     if (lane == 0) mbar_arrive(b);
+  };
+  // A K/V stage read by this warp: released here and, in a pair, in the partner CTA (whose
+  // producer multicasts into this CTA's copy too).
+  auto release_kv = [&](u32 b) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(b);
+    if (lane == 1 && tiles.pair == 2) mbar_arrive_cluster(b, (blockIdx.x & 1) ^ 1);
   };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,
   // 256 threads: this consumer's 128 waiting plus the previous one's 128 arriving), so one
@@ -606,7 +642,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
   auto first_block = [&](const Tile& w, int it) {
     const int n0 = (w.n_hi - 1) * kTileN;
     fence_regs(s[0]);
-    warp_arrive(bar.empty_k(it % kStages));
+    release_kv(bar.empty_k(it % kStages));
     softmax.init();
     block_softmax(w, n0);
     if constexpr (kZeroVTail) {
@@ -776,11 +812,11 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
       turn_end();
       wgmma_wait<1>();
       fence_regs(s[0]);
-      warp_arrive(bar.empty_k(st));
+      release_kv(bar.empty_k(st));
       block_softmax(w, (w.n_hi - 1 - i) * kTileN);  // overlaps P V on the tensor cores
       wgmma_wait_after_work<0>(p.heads);
       fence_regs(o);
-      warp_arrive(bar.empty_v(prev));
+      release_kv(bar.empty_v(prev));
       pack_p(pa, s[0]);
     }
     // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
@@ -807,7 +843,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
       first_block(wn, itn);  // overlaps the P V
       wgmma_wait_after_work<0>(p.heads);
       fence_regs(o);
-      warp_arrive(bar.empty_v(last));
+      release_kv(bar.empty_v(last));
       ++it;
     } else if (w.n_blocks > 0) {
       mbar_wait(bar.full_v(last), (it / kStages) & 1);
@@ -817,7 +853,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
       turn_end();
       wgmma_wait<0>();
       fence_regs(o);
-      warp_arrive(bar.empty_v(last));
+      release_kv(bar.empty_v(last));
       ++it;
       finish_rows(w);
     } else {
@@ -830,6 +866,8 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
     ++j;
     have = have_next;
   }
-  // Shared memory must outlive the last store's reads of it.
+  // Shared memory must outlive the last store's reads of it, and, in a pair, the partner's
+  // last arrivals on this CTA's barriers (its producer is done once its consumers are).
   if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
+  cluster_sync();
 }

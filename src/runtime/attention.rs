@@ -33,6 +33,8 @@ struct Loaded {
     combine: Option<CudaFunction>,
     threads: u32,
     smem_bytes: u32,
+    /// Pairs of CTAs the device holds at once (0: never launched in pairs).
+    max_pairs: u32,
 }
 
 /// Threads of the combine kernel: one warp per (query, head), 4 per CTA.
@@ -273,11 +275,18 @@ impl FlashAttention {
             )
             .call("cuFuncSetAttribute")?;
         }
+        // A device that cannot co-schedule pairs of this kernel runs it alone.
+        let max_pairs = if spec.wgmma_pairs() {
+            super::cluster::max_pairs(func.cu_function(), threads, smem_bytes).unwrap_or(0)
+        } else {
+            0
+        };
         let k = Arc::new(Loaded {
             func,
             combine,
             threads,
             smem_bytes,
+            max_pairs,
         });
         cache.insert(*spec, k.clone());
         Ok(k)
@@ -385,10 +394,17 @@ impl FlashAttention {
             };
             set_partials(&mut params, problem, ws, ws + (o_part_elems * 4) as u64);
         }
+        // In pairs the grid is at most the pairs the device holds at once (persistent CTAs
+        // waiting for an SM would run their tiles after everyone else's).
+        let pairs = sel.pairs && kernel.max_pairs > 0;
+        let mut grid = sel.grid;
+        if pairs {
+            grid.0 = grid.0.min(super::cluster::PAIR * kernel.max_pairs);
+        }
         // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
         let maps = match sel.spec.imp {
             Impl::Wgmma => Some(super::tma::maps(
-                &sel.spec, problem, ptrs.q, ptrs.k, ptrs.v, ptrs.o,
+                &sel.spec, problem, pairs, ptrs.q, ptrs.k, ptrs.v, ptrs.o,
             )?),
             Impl::Portable => None,
         };
@@ -407,16 +423,27 @@ impl FlashAttention {
         // are an fa4::FwdParams, whose layout the kernel static_asserts against this struct,
         // and for the wgmma kernel its TmaMaps (four CUtensorMaps, the same order).
         unsafe {
-            cudarc::driver::result::launch_kernel(
-                kernel.func.cu_function(),
-                sel.grid,
-                (kernel.threads, 1, 1),
-                kernel.smem_bytes,
-                stream,
-                &mut args[..nargs],
-            )
+            if pairs {
+                super::cluster::launch_pairs(
+                    kernel.func.cu_function(),
+                    grid.0,
+                    kernel.threads,
+                    kernel.smem_bytes,
+                    stream,
+                    &mut args[..nargs],
+                )?;
+            } else {
+                cudarc::driver::result::launch_kernel(
+                    kernel.func.cu_function(),
+                    grid,
+                    (kernel.threads, 1, 1),
+                    kernel.smem_bytes,
+                    stream,
+                    &mut args[..nargs],
+                )
+                .call("cuLaunchKernel")?;
+            }
         }
-        .call("cuLaunchKernel")?;
         if kernel.combine.is_some() {
             self.launch_combine(&kernel, problem, &params, stream)?;
         }

@@ -1,6 +1,7 @@
 //! The runtime engines link: kernel libraries on disk, validation, selection, loading, launch.
 
 mod attention;
+mod cluster;
 mod error;
 #[cfg(feature = "jit")]
 pub mod jit;

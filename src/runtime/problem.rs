@@ -93,6 +93,11 @@ pub struct Problem {
     /// Force `(tile_m, tile_n)` instead of the family's tile table (FA4's `tile_mn`), for
     /// tuning; the library must hold that kernel.
     pub tile_mn: Option<(u32, u32)>,
+    /// Launch the sm90 flagship in CTA pairs that share K/V blocks by TMA multicast
+    /// (`KernelSpec::wgmma_pairs`). `None`: fa4gen's default (unmasked dense calls of
+    /// [`PAIRS_MIN_KEYS`](crate::select::PAIRS_MIN_KEYS)+ keys); `Some(true)`: wherever the
+    /// kernel and an even number of Q blocks allow; `Some(false)`: never. For tuning.
+    pub cta_pairs: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
     pub v_strides: Strides,
@@ -138,6 +143,7 @@ impl Problem {
             return_lse: false,
             pack_gqa: None,
             tile_mn: None,
+            cta_pairs: None,
             q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),

@@ -239,10 +239,12 @@ fn encode_rank(
     Ok(map)
 }
 
-/// The four maps of a call of `spec` over `p`'s tensors at these addresses.
+/// The four maps of a call of `spec` over `p`'s tensors at these addresses; `pairs`: launched
+/// in CTA pairs, each loading half of a K/V block.
 pub fn maps(
     spec: &KernelSpec,
     p: &Problem,
+    pairs: bool,
     q: u64,
     k: u64,
     v: u64,
@@ -251,9 +253,12 @@ pub fn maps(
     let dt = p.dtype;
     let [(qb, qs), (kb, ks)] = p.batches_and_rows();
     // Paged: boxes of gcd(page_size, tile_n) rows, each inside one page (`page_fits`).
-    let kv_box = p.paged.map_or(spec.tile_n, |pg| {
-        page_box_rows(pg.page_size, spec.tile_n) as u32
-    });
+    // In CTA pairs each CTA loads half of a block's rows (`KernelSpec::wgmma_pairs`).
+    let kv_box = p
+        .paged
+        .map_or(spec.tile_n / if pairs { 2 } else { 1 }, |pg| {
+            page_box_rows(pg.page_size, spec.tile_n) as u32
+        });
     let kv_map = |ptr: u64, dim: usize, s: &Strides| match p.paged {
         Some(pg) if spec.geometry().kv_group_rows == 8 => {
             let (_, groups) = paged_row_groups(s, pg.page_size, pg.num_pages).ok_or_else(|| {

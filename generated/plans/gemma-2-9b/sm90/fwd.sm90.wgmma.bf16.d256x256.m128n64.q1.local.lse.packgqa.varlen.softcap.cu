@@ -58,6 +58,12 @@ constexpr bool kPackGqa = true;  // rows are (query, head-in-group) pairs, group
 // maybe not even finite. Masked scores ignore K's; V's tail rows are zeroed in shared memory
 // before P V (0 * NaN would poison O). Dense K/V is zero-filled by TMA at the tensor's end.
 constexpr bool kZeroVTail = kVarlen || kPaged;
+// CTA pairs (KernelSpec::wgmma_pairs). Launched in clusters of two, a pair takes consecutive Q
+// blocks of one head, so both visit the same K/V blocks in the same order: each CTA loads half
+// of every block, multicast into both, and a K/V stage is free once both CTAs' consumers have
+// released it. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
+constexpr bool kPairs = false;
+static_assert(!kPairs || kTileN % 16 == 0, "a pair's half K/V block is whole 8-row swizzle atoms");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -213,7 +219,9 @@ struct Tiles {
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
   FA4_DEVICE int head_in_group(int r) const { return kPackGqa ? r & (group - 1) : 0; }
-  // The tile of this CTA's round j (>= count: none).
+  // The tile of this CTA's round j (>= count: none). In pairs the snake runs over the
+  // clusters and a cluster takes tiles 2i and 2i + 1, one per rank (the host launches pairs
+  // only where m_blocks is even: the two are Q blocks of one head, and count is even).
   FA4_DEVICE int nth(int j) const {
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return j * (int)gridDim.x + b;
@@ -379,6 +387,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_softcap(
   const u32 sQ = base + kSmemQ, sK = base + kSmemK, sV = base + kSmemV, sO = base + kSmemO;  // sO: kSeparateO only
   const Barriers bar{base + kSmemBar};
   const int tid = threadIdx.x, wg = tid / 128;
+  // In a pair (kPairs): the partner CTA's consumers release this CTA's K/V stages too.
+  const u32 kv_releasers = 4 * kConsumers;
 
   if (tid == 0) {
 #pragma unroll
@@ -390,8 +400,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_softcap(
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar.full_k(s), 1);
       mbar_init(bar.full_v(s), 1);
-      mbar_init(bar.empty_k(s), 4 * kConsumers);
-      mbar_init(bar.empty_v(s), 4 * kConsumers);
+      mbar_init(bar.empty_k(s), kv_releasers);  // one arrival per consumer warp (of the pair)
+      mbar_init(bar.empty_v(s), kv_releasers);
     }
     mbar_fence_init();
   }
@@ -536,6 +546,12 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_softcap(
     __syncwarp();
     if (lane == 0) mbar_arrive(b);
   };
+  // A K/V stage read by this warp: released here and, in a pair, in the partner CTA (whose
+  // producer multicasts into this CTA's copy too).
+  auto release_kv = [&](u32 b) {
+    __syncwarp();
+    if (lane == 0) mbar_arrive(b);
+  };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,
   // 256 threads: this consumer's 128 waiting plus the previous one's 128 arriving), so one
   // consumer's softmax runs while the other's GEMMs occupy the tensor cores. Every consumer
@@ -606,7 +622,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_softcap(
   auto first_block = [&](const Tile& w, int it) {
     const int n0 = (w.n_hi - 1) * kTileN;
     fence_regs(s[0]);
-    warp_arrive(bar.empty_k(it % kStages));
+    release_kv(bar.empty_k(it % kStages));
     softmax.init();
     block_softmax(w, n0);
     if constexpr (kZeroVTail) {
@@ -776,11 +792,11 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_softcap(
       turn_end();
       wgmma_wait<1>();
       fence_regs(s[0]);
-      warp_arrive(bar.empty_k(st));
+      release_kv(bar.empty_k(st));
       block_softmax(w, (w.n_hi - 1 - i) * kTileN);  // overlaps P V on the tensor cores
       wgmma_wait_after_work<0>(p.heads);
       fence_regs(o);
-      warp_arrive(bar.empty_v(prev));
+      release_kv(bar.empty_v(prev));
       pack_p(pa, s[0]);
     }
     // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
@@ -807,7 +823,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_softcap(
       first_block(wn, itn);  // overlaps the P V
       wgmma_wait_after_work<0>(p.heads);
       fence_regs(o);
-      warp_arrive(bar.empty_v(last));
+      release_kv(bar.empty_v(last));
       ++it;
     } else if (w.n_blocks > 0) {
       mbar_wait(bar.full_v(last), (it / kStages) & 1);
@@ -817,7 +833,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_softcap(
       turn_end();
       wgmma_wait<0>();
       fence_regs(o);
-      warp_arrive(bar.empty_v(last));
+      release_kv(bar.empty_v(last));
       ++it;
       finish_rows(w);
     } else {
