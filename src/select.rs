@@ -538,6 +538,9 @@ mod tests {
         p.seqlen_k = 7;
         p.cta_pairs = Some(true);
         assert!(sel(&p, &H200).pairs);
+        p.head_dim = 64; // d 64 has no pair code
+        p.head_dim_v = 64;
+        assert!(!sel(&p, &H200).pairs);
     }
 
     #[test]

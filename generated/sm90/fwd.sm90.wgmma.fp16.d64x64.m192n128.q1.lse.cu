@@ -29,10 +29,7 @@
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(rows / 192) Q blocks x heads x batch) set, its K/V ring running on across tiles.
-// Pairs: launched in clusters of two, CTAs 2c and 2c + 1 take Q blocks 2i and 2i + 1 of one head and
-// each loads half of every K/V block into both (TMA multicast).
 // Heads share a KV head in groups of H / Hkv (unpacked GQA: rows = Sq). O is staged in its own rows.
-#include "fa4gen/cluster.cuh"
 #include "fa4gen/dtype.cuh"
 #include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
@@ -66,7 +63,7 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 // blocks of one head, so both visit the same K/V blocks in the same order: each CTA loads half
 // of every block, multicast into both, and a K/V stage is free once both CTAs' consumers have
 // released it. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
-constexpr bool kPairs = true;
+constexpr bool kPairs = false;
 static_assert(!kPairs || kTileN % 16 == 0, "a pair's half K/V block is whole 8-row swizzle atoms");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
@@ -201,7 +198,6 @@ struct Tiles {
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
-  int pair;                           // CTAs in this CTA's cluster: 2 (launched in pairs) or 1
   static constexpr int kRun = -1;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
@@ -216,7 +212,6 @@ struct Tiles {
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
-        pair((int)cluster_size()),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
@@ -229,10 +224,6 @@ struct Tiles {
   // clusters and a cluster takes tiles 2i and 2i + 1, one per rank (the host launches pairs
   // only where m_blocks is even: the two are Q blocks of one head, and count is even).
   FA4_DEVICE int nth(int j) const {
-    if (pair == 2) {
-      const int n = (int)gridDim.x / 2, c = (int)blockIdx.x / 2;
-      return 2 * (j * n + ((j & 1) ? n - 1 - c : c)) + (int)(blockIdx.x & 1);
-    }
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return j * (int)gridDim.x + b;
   }
@@ -398,7 +389,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d64x64_m192n128_q1_lse(const __grid_constant__ FwdPar
   const Barriers bar{base + kSmemBar};
   const int tid = threadIdx.x, wg = tid / 128;
   // In a pair (kPairs): the partner CTA's consumers release this CTA's K/V stages too.
-  const u32 kv_releasers = cluster_size() * 4 * kConsumers;
+  const u32 kv_releasers = 4 * kConsumers;
 
   if (tid == 0) {
 #pragma unroll
@@ -415,8 +406,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d64x64_m192n128_q1_lse(const __grid_constant__ FwdPar
     }
     mbar_fence_init();
   }
-  // The partner's loads and arrivals reach these barriers: both CTAs' must be initialised.
-  cluster_sync();
+  __syncthreads();
 
   if (wg == 0) {
     // ================= producer =================
@@ -490,15 +480,6 @@ fa4gen_fwd_sm90_wgmma_fp16_d64x64_m192n128_q1_lse(const __grid_constant__ FwdPar
           }
         } else {
           mbar_arrive_expect_tx(full, (u32)(kKVChunk * chunks));
-          if (tiles.pair == 2) {
-            // This rank's half of the rows (a multiple of 8: whole swizzle atoms), into both
-            // CTAs; the partner's half completes this CTA's barrier as well.
-            const int half = (int)(blockIdx.x & 1) * (kTileN / 2);
-#pragma unroll
-            for (int c = 0; c < chunks; ++c)
-              tma_load_4d_multicast(dst + c * kKVChunk + half * 128, map, full, 64 * c, w.k_row + n0 + half, w.head_kv, w.k_batch, 0x3);
-            return;
-          }
 #pragma unroll
           for (int c = 0; c < chunks; ++c)
             tma_load_4d(dst + c * kKVChunk, map, full, 64 * c, w.k_row + n0, w.head_kv, w.k_batch);
@@ -571,7 +552,6 @@ fa4gen_fwd_sm90_wgmma_fp16_d64x64_m192n128_q1_lse(const __grid_constant__ FwdPar
   auto release_kv = [&](u32 b) {
     __syncwarp();
     if (lane == 0) mbar_arrive(b);
-    if (lane == 1 && tiles.pair == 2) mbar_arrive_cluster(b, (blockIdx.x & 1) ^ 1);
   };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,
   // 256 threads: this consumer's 128 waiting plus the previous one's 128 arriving), so one
@@ -867,8 +847,6 @@ fa4gen_fwd_sm90_wgmma_fp16_d64x64_m192n128_q1_lse(const __grid_constant__ FwdPar
     ++j;
     have = have_next;
   }
-  // Shared memory must outlive the last store's reads of it, and, in a pair, the partner's
-  // last arrivals on this CTA's barriers (its producer is done once its consumers are).
+  // Shared memory must outlive the last store's reads of it.
   if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
-  cluster_sync();
 }
