@@ -8,16 +8,12 @@
 
 namespace fa4 {
 
-// CTAs in this CTA's cluster (1 when launched without clusters) and this CTA's rank in it.
+// CTAs in this CTA's cluster (1 when launched without clusters). (A CTA's rank in a cluster of
+// (2, 1, 1) on a 1-d grid is blockIdx.x & 1.)
 FA4_DEVICE u32 cluster_size() {
   u32 n;
   asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
   return n;
-}
-FA4_DEVICE u32 cluster_rank() {
-  u32 r;
-  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
 }
 
 // Every non-exited thread of the cluster arrives, then waits for all the others: the release

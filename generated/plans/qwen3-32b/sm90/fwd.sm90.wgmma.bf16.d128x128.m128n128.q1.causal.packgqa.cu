@@ -64,7 +64,8 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 // of every block, multicast into both, and a K/V stage is free once both CTAs' consumers have
 // released it. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
 constexpr bool kPairs = false;
-static_assert(!kPairs || kTileN % 16 == 0, "a pair's half K/V block is whole 8-row swizzle atoms");
+static_assert(!kPairs || (kMask == MaskKind::None && !kVarlen && !kPaged && !kPackGqa),
+              "pairs: partners visit the same K/V blocks only in unmasked dense calls");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
