@@ -551,8 +551,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // A K/V stage read by this warp: released here and, in a pair, in the partner CTA (whose
   // producer multicasts into this CTA's copy too).
   auto release_kv = [&](u32 b) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(b);
+    warp_arrive(b);
 {% if pairs %}    if (lane == 1 && tiles.pair == 2) mbar_arrive_cluster(b, (blockIdx.x & 1) ^ 1);
 {% endif %}  };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,

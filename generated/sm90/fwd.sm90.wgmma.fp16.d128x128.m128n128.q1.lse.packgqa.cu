@@ -551,8 +551,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1_lse_packgqa(const __grid_constan
   // A K/V stage read by this warp: released here and, in a pair, in the partner CTA (whose
   // producer multicasts into this CTA's copy too).
   auto release_kv = [&](u32 b) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(b);
+    warp_arrive(b);
   };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,
   // 256 threads: this consumer's 128 waiting plus the previous one's 128 arriving), so one

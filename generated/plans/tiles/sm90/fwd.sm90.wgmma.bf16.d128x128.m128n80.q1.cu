@@ -570,8 +570,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n80_q1(const __grid_constant__ FwdParams
   // A K/V stage read by this warp: released here and, in a pair, in the partner CTA (whose
   // producer multicasts into this CTA's copy too).
   auto release_kv = [&](u32 b) {
-    __syncwarp();
-    if (lane == 0) mbar_arrive(b);
+    warp_arrive(b);
     if (lane == 1 && tiles.pair == 2) mbar_arrive_cluster(b, (blockIdx.x & 1) ^ 1);
   };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,
