@@ -99,12 +99,15 @@ PY
   profile)
     # Nsight Compute on one flagship launch per shape ($PROFILE: "d,s,causal" list): the limiter.
     for args in ${PROFILE:-64,4096,0 128,4096,0}; do
+      log="$OUT/ncu-${args//,/_}.txt"  # (a file name with commas does not come back from the device)
       ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-          --section Occupancy --section SourceCounters -k regex:fwd -c 1 .stage/bin/bench_fwd .stage/generated --one "$args" > "$OUT/ncu-$args.txt" 2>&1
-      echo "ncu d,s,causal=$args: rc=$?"
-      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Registers Per|Achieved Occupancy|Pipe|One or More" "$OUT/ncu-$args.txt" | head -40
+          --section Occupancy --section SourceCounters -k regex:fwd -c 1 .stage/bin/bench_fwd .stage/generated --one "$args" > "$log" 2>&1
+      rc=$?
+      echo "ncu d,s,causal=$args: rc=$rc"
+      [ $rc = 0 ] || tail -20 "$log"
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Registers Per|Achieved Occupancy|Pipe|One or More" "$log" | head -40
       # SourceCounters: where the warps stall (sampled per instruction), the top locations.
-      grep -A14 -E "Warp Stall Sampling|Source Counters" "$OUT/ncu-$args.txt" | head -30
+      grep -A14 -E "Warp Stall Sampling|Source Counters" "$log" | head -30
     done
     ;;
   capi)

@@ -273,14 +273,16 @@ struct Tiles {
 };
 
 // The descriptors of one GEMM are a base descriptor plus each k step's offset (in the 16-byte
-// units of the address field, which never carries: shared addresses are below 256 KB). The
-// base comes from an opaque copy of the address, so the compiler cannot hoist one descriptor
-// per k step and stage out of the loops (it did: 64+ live registers, spilled).
+// units of the address field, which never carries: shared addresses are below 256 KB). K's
+// and V's bases come from an opaque copy of the stage's address, so the compiler cannot hoist
+// one descriptor per k step and stage out of the loops (it did: 64+ live registers, spilled).
+// Q's address is warp-uniform (see `cons`) and the same for a whole tile: its descriptors stay
+// in uniform registers.
 
 // S = Q K^T for one consumer's 64 rows: kD / 16 k-steps; a k-step is 32 bytes into the
 // 128-byte swizzled rows of one 64-column block.
 FA4_DEVICE void gemm_qk(float (&s)[kNT][4], u32 q_rows, u32 k_tile) {
-  const u64 a0 = sw128_desc(opaque(q_rows), 16, 1024), b0 = sw128_desc(opaque(k_tile), 16, kK8RowStride);
+  const u64 a0 = sw128_desc(q_rows, 16, 1024), b0 = sw128_desc(opaque(k_tile), 16, kK8RowStride);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     const u32 off = (kk % 4) * 32u;
@@ -541,7 +543,10 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n112_q1_causal(const __grid_constant__ F
   // ================= consumers =================
   setmaxnreg_inc<kConsumerRegs>();
   const Tiles tiles(p);
-  const int cons = wg - 1, warp = (tid / 32) % 4, lane = tid % 32, t = lane % 4;
+  // The consumer index through a shuffle: the compiler then knows it is warp-uniform, so Q's
+  // descriptors (which depend on it) stay on the uniform datapath; from tid / 128 they were
+  // built in vector registers and moved over (R2UR) for every k step of every block.
+  const int cons = __shfl_sync(0xffffffffu, wg - 1, 0), warp = (tid / 32) % 4, lane = tid % 32, t = lane % 4;
   const int row = cons * 64 + warp * 16 + lane / 4;  // this thread's first row in the tile (+8 the second)
   auto warp_arrive = [&](u32 b) {
     __syncwarp();
@@ -596,7 +601,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n112_q1_causal(const __grid_constant__ F
     }
   };
   // S = Q K^T of the tile in Q buffer j % kQBufs against K stage `st` (inside a turn).
-  auto issue_qk = [&](int j, int st) {
+  auto issue_qk = [&](u32 j, int st) {
     wgmma_fence();
     gemm_qk(s[0], sQ + (j % kQBufs) * kQBytes + cons * 64 * 128, sK + st * kKStage);
     wgmma_commit();
@@ -607,24 +612,26 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n112_q1_causal(const __grid_constant__ F
     gemm_pv(o, pa, sV + st * kVStage);
     wgmma_commit();
   };
-  // Block n0's S of tile w has landed: mask it and fold it into the softmax.
-  auto block_softmax = [&](const Tile& w, int n0) {
+  // Block n0's S of tile w has landed: mask it and fold it into the softmax. Without a mask
+  // only the sequence's last block can be partial, and it is a tile's first visited block: the
+  // main loop's blocks skip the test (`first` false).
+  auto block_softmax = [&](const Tile& w, int n0, bool first) {
     fence_regs(s[0]);
     if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
     const BottomRightMask<kMask> mask = w.mask(p);
-    if (mask.block_is_partial(w.q0, w.q1, n0, kTileN)) {
+    if ((first || kMask != MaskKind::None) && mask.block_is_partial(w.q0, w.q1, n0, kTileN)) {
       const int query[2] = {tiles.query_of(w.m0 + row), tiles.query_of(w.m0 + row + 8)};
       mask_block(s[0], mask, query, n0, t);
     }
     softmax.template update<kMaxSlack>(s, scale_log2, corr);
   };
   // The first visited block (ring position it) of tile w has its S: release K, the softmax.
-  auto first_block = [&](const Tile& w, int it) {
+  auto first_block = [&](const Tile& w, u32 it) {
     const int n0 = (w.n_hi - 1) * kTileN;
     fence_regs(s[0]);
     release_kv(bar.empty_k(it % kStages));
     softmax.init();
-    block_softmax(w, n0);
+    block_softmax(w, n0, true);
     if constexpr (kZeroVTail) {
       // The first visited block holds the sequence's last key: zero V's rows past it before
       // any P V reads them. Between the consumers' turns, so all of them get here.
@@ -662,7 +669,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n112_q1_causal(const __grid_constant__ F
   };
 
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
-  auto epilogue = [&](const Tile& w, int j) {
+  auto epilogue = [&](const Tile& w, u32 j) {
     if constexpr (kDirectO) {
       // Each thread's two rows as 8-byte stores of 4 columns: a thread holds 2 columns of
       // each n8 group; lanes t and t ^ 1 swap one group of a pair (even t keeps group i,
@@ -758,7 +765,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n112_q1_causal(const __grid_constant__ F
     }
     return false;
   };
-  int r = 0, j = 0, it = 0;
+  int r = 0;
+  u32 j = 0, it = 0;  // unsigned: ring positions and parities are masks and shifts, not signed divisions
   Tile w;
   bool have = next_tile(r, w);
   bool head_done = false;  // the tile's first block went through its softmax in the tile before's tail
@@ -793,7 +801,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n112_q1_causal(const __grid_constant__ F
       wgmma_wait<1>();
       fence_regs(s[0]);
       release_kv(bar.empty_k(st));
-      block_softmax(w, (w.n_hi - 1 - i) * kTileN);  // overlaps P V on the tensor cores
+      block_softmax(w, (w.n_hi - 1 - i) * kTileN, false);  // overlaps P V on the tensor cores
       wgmma_wait_after_work<0>(p.heads);
       fence_regs(o);
       release_kv(bar.empty_v(prev));
@@ -809,7 +817,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n112_q1_causal(const __grid_constant__ F
     // ptxas serialise every wgmma of the kernel.)
     const int last = it % kStages;
     if (head_done) {
-      const int itn = it + 1;
+      const u32 itn = it + 1;
       mbar_wait(bar.q((j + 1) % kQBufs), ((j + 1) / kQBufs) & 1);
       mbar_wait(bar.full_k(itn % kStages), (itn / kStages) & 1);
       mbar_wait(bar.full_v(last), (it / kStages) & 1);
