@@ -98,16 +98,21 @@ PY
     ;;
   profile)
     # Nsight Compute on one flagship launch per shape ($PROFILE: "d,s,causal" list): the limiter.
+    # (File names without commas: those do not come back from the device.)
     for args in ${PROFILE:-64,4096,0 128,4096,0}; do
-      log="$OUT/ncu-${args//,/_}.txt"  # (a file name with commas does not come back from the device)
+      rep="$OUT/ncu-${args//,/_}"
       ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-          --section Occupancy --section SourceCounters -k regex:fwd -c 1 .stage/bin/bench_fwd .stage/generated --one "$args" > "$log" 2>&1
+          --section Occupancy --section SourceCounters -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$args" > "$rep.log" 2>&1
       rc=$?
       echo "ncu d,s,causal=$args: rc=$rc"
-      [ $rc = 0 ] || tail -20 "$log"
-      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|Registers Per|Achieved Occupancy|Pipe|One or More" "$log" | head -40
-      # SourceCounters: where the warps stall (sampled per instruction), the top locations.
-      grep -A14 -E "Warp Stall Sampling|Source Counters" "$log" | head -30
+      [ $rc = 0 ] || { tail -20 "$rep.log"; status=1; continue; }
+      ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+      grep -E "SM Frequency|Duration|Compute \(SM\) Throughput|Memory Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Achieved Occupancy|highest-utilized" "$rep.txt" | head -20
+      # Why warps wait: each stall reason's share of the cycles between two issues.
+      ncu -i "$rep.ncu-rep" --page raw --csv 2>/dev/null | python3 scripts/ncu_stalls.py | tee "$rep-stalls.txt"
+      # Where: stall samples per SASS instruction (the source page), kept compressed.
+      ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$rep-sass.csv.gz"
+      rm -f "$rep.ncu-rep"
     done
     ;;
   capi)
