@@ -592,7 +592,8 @@ mod tests {
         let p = Problem::new(DType::Bf16, 1, 1000, 512, 16, 16, 256, 256);
         assert_eq!(sel(&p, &H200).spec.tile_n, 80);
         // d 64: three consumers (192 rows) where their rate pays for their padding: long
-        // sequences, not 1k causal (H200: 276-280 against 292-302 TFLOP/s) nor a 128-key
+        // sequences and unmasked ones, not 1k causal (H200: 276-280 against 292-302 TFLOP/s; 284
+        // against 327 in the eleventh session) nor a 128-key
         // window (a 192-row tile spans 3-4 blocks of keys where a 128-row one spans 2).
         let tile = |b: usize, s: usize, causal: bool, window: Option<i64>| {
             let mut p = Problem::new(DType::Bf16, b, s, s, 32, 32, 64, 64);
@@ -604,6 +605,11 @@ mod tests {
             (s.tile_m, s.tile_n)
         };
         assert_eq!(tile(16, 1024, true, None), (128, 128));
+        assert_eq!(tile(32, 512, true, None), (128, 128));
+        // Unmasked, 192 rows from 512 keys (H200: 404 against 363 TFLOP/s at 512, 463
+        // against 402 at 1k).
+        assert_eq!(tile(32, 512, false, None), (192, 128));
+        assert_eq!(tile(16, 1024, false, None), (192, 128));
         assert_eq!(tile(4, 4096, true, None), (192, 128));
         assert_eq!(tile(4, 4096, false, None), (192, 128));
         assert_eq!(tile(1, 16384, false, None), (192, 128));
