@@ -2,7 +2,7 @@
 """Time torch SDPA (cuDNN and flash backends) on the shapes bench_fwd times, the same way:
 bf16, B*S = 16k tokens, H*d = 2048 (H 16 for d 192/128), random inputs rotated through enough
 copies to exceed L2, median of 60 per-launch CUDA-event times after 10 warm-ups.
-One JSON line per (backend, shape). usage: bench_sdpa.py d,s,causal ..."""
+One JSON line per (backend, shape). usage: bench_sdpa.py d,s,causal[,tile_m,tile_n] ..."""
 import json
 import sys
 
@@ -13,9 +13,14 @@ import torch.nn.functional as F
 
 def shapes(args):
     if args:
+        # bench_fwd's `d,s,causal[,tile_m,tile_n]`: the tile is fa4gen's; each shape once.
+        seen = set()
         for a in args:
-            d, s, c = a.split(",")
-            yield int(d), int(s), c == "1"
+            d, s, c = a.split(",")[:3]
+            shape = (int(d), int(s), c == "1")
+            if shape not in seen:
+                seen.add(shape)
+                yield shape
         return
     for d in (64, 128, 256, 192):
         for s in (512, 1024, 4096, 16384):
