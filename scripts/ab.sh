@@ -34,7 +34,10 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.jsonl"))):
         r = json.loads(l)
         if "tflops" not in r: continue
         key = (r.get("d"), r.get("s"), r.get("causal"))
-        col = name.rsplit("-", 1)[0] if r.get("impl") == "fa4gen" else r.get("impl")
+        col = r.get("impl")
+        if col == "fa4gen":  # the variant, and the tile where shapes force several
+            tile = next((f for f in r.get("kernel", "").split(".") if f.startswith("m") and "n" in f), "")
+            col = name.rsplit("-", 1)[0] + (f" {tile}" if tile else "")
         rows.setdefault(key, {}).setdefault(col, []).append(r["tflops"])
 for key in sorted(rows, key=str):
     print(key, "  ".join(f"{c} {'/'.join(str(x) for x in v)}" for c, v in sorted(rows[key].items())))
