@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """Time torch SDPA (cuDNN and flash backends) on the shapes bench_fwd times, the same way:
 bf16, B*S = 16k tokens, H*d = 2048 (H 16 for d 192/128), random inputs rotated through enough
-copies to exceed L2, median of 60 per-launch CUDA-event times after 10 warm-ups.
+copies to exceed L2, median of 60 per-launch CUDA-event times after 10 warm-ups; or, with
+FA4GEN_BENCH_WARM_S set, bench_fwd's sustained protocol (scripts/bench_rounds.py's `timed`).
 One JSON line per (backend, shape). usage: bench_sdpa.py d,s,causal[,tile_m,tile_n] ..."""
 import json
+import os
+import pathlib
 import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import bench_rounds  # noqa: E402  (its sustained `timed`)
 
 
 def shapes(args):
@@ -29,6 +35,8 @@ def shapes(args):
 
 
 def main():
+    warm_s = float(os.environ.get("FA4GEN_BENCH_WARM_S", "0") or 0)
+    window_s = float(os.environ.get("FA4GEN_BENCH_WINDOW_S", "0.5"))
     dev = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(dev).L2_cache_size
     for d, s, causal in shapes(sys.argv[1:]):
@@ -49,21 +57,24 @@ def main():
         for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
             try:
                 with sdpa_kernel([backend]):
-                    for i in range(10):
-                        q, k, v = sets[i % copies]
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                    torch.cuda.synchronize()
-                    times = []
-                    for i in range(60):
-                        q, k, v = sets[i % copies]
-                        st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        st.record()
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                        en.record()
-                        en.synchronize()
-                        times.append(st.elapsed_time(en))
-                times.sort()
-                ms = times[len(times) // 2]
+                    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+                    if warm_s > 0:
+                        ms = bench_rounds.timed(fn, sets, warm_s, window_s)[0]
+                    else:
+                        for i in range(10):
+                            fn(*sets[i % copies])
+                        torch.cuda.synchronize()
+                        times = []
+                        for i in range(60):
+                            q, k, v = sets[i % copies]
+                            st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            st.record()
+                            fn(q, k, v)
+                            en.record()
+                            en.synchronize()
+                            times.append(st.elapsed_time(en))
+                        times.sort()
+                        ms = times[len(times) // 2]
                 print(json.dumps({"impl": name, "d": d, "dv": dv, "s": s, "b": b, "h": h, "causal": causal,
                                   "ms": round(ms, 4), "tflops": round(flops / ms / 1e9, 1)}), flush=True)
             except Exception as e:  # a backend that refuses a shape (flash at d 192/128)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [tiles] [capi] [dropin] [dropin-bench] [serving] [profile]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [profile]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -63,6 +63,38 @@ for step in $steps; do
   bench)
     { .stage/bin/bench_fwd .stage/generated; python3 scripts/bench_sdpa.py; } > "$OUT/bench.jsonl" 2> "$OUT/bench.err" || status=1
     python3 scripts/bench_report.py "$OUT/bench.jsonl" | tee "$OUT/bench.md"
+    ;;
+  rounds)
+    # fa4gen, cuDNN and FA2 interleaved per shape (paired ratios; power/clock samples beside).
+    export FA4GEN_LIB=.stage/lib/libfa4gen.so
+    python3 scripts/bench_rounds.py --smi "$OUT/rounds-smi.csv" ${SHAPES:-} 2>&1 | grep -v Warning > "$OUT/rounds.jsonl" || status=1
+    python3 - "$OUT/rounds.jsonl" "$OUT/rounds-smi.csv" <<'PY' | tee "$OUT/rounds.md"
+import datetime, json, statistics, sys
+smi = []  # (unix time, SM MHz, W)
+for line in open(sys.argv[2]):
+    f = [x.strip() for x in line.split(",")]
+    try:
+        t = datetime.datetime.strptime(f[0], "%Y/%m/%d %H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc).timestamp()
+        smi.append((t, int(f[1].split()[0]), float(f[2].split()[0])))
+    except (ValueError, IndexError):
+        pass
+def clock(windows):  # mean SM clock over the samples inside the timed windows
+    s = [c for t, c, _ in smi for a, b in windows if a <= t <= b]
+    return round(statistics.mean(s)) if s else "-"
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("| d | S | causal | fa4gen (range) | MHz | cuDNN (range) | MHz | FA2 | fa4gen/cuDNN, paired (range) | kernel |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    if "rounds" not in r or "env" in r:
+        continue
+    mine = [x for x in rows if "round" in x and (x["d"], x["s"], x["causal"]) == (r["d"], r["s"], r["causal"])]
+    mhz = {k: clock([x[k + "_t"] for x in mine if k + "_t" in x]) for k in ("fa4gen", "cudnn")}
+    rg = lambda k: f"{r[k]} ({r[k + '_range'][0]}-{r[k + '_range'][1]})" if k in r else "-"
+    d = f"{r['d']}/{r['dv']}" if r["d"] != r["dv"] else r["d"]
+    lo, hi = r.get("ratio_cudnn_range", ["-", "-"])
+    print(f"| {d} | {r['s']} | {'yes' if r['causal'] else 'no'} | {rg('fa4gen')} | {mhz['fa4gen']} | {rg('cudnn')} | {mhz['cudnn']} | "
+          f"{r.get('fa2', '-')} | {r.get('ratio_cudnn', '-')} ({lo}-{hi}) | {r.get('kernel')} |")
+PY
     ;;
   tiles)
     # The tile sweep (plan `tiles`): which (tile_m, tile_n) the tile table should carry.

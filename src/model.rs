@@ -300,30 +300,33 @@ mod tests {
                 if arch == Arch::Sm90 && flagship_dims {
                     let (paged, unpaged): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
                         flagship.iter().partition(|s| s.feat.paged);
-                    // Two tiles by shape at d <= 128 (`flagship_by_shape`).
-                    let by_length = if m.head_dim.max(m.head_dim_v) <= 128 {
-                        2
-                    } else {
-                        1
-                    };
+                    // Two tiles by shape (`flagship_by_shape`) at d <= 128, and at d 256 for
+                    // full layers (128x80 and 128x64; its local masks have 128x64 only).
+                    let dmax = m.head_dim.max(m.head_dim_v);
+                    let by_length_local = if dmax <= 128 { 2 } else { 1 };
+                    let by_length_full = if dmax <= 128 || dmax > 192 { 2 } else { 1 };
                     let group = (m.heads / m.heads_kv) as usize;
                     let packs = group > 1 && crate::runtime::tma::packs_group(group);
-                    let unpacks = !packs || m.head_dim.max(m.head_dim_v) > 64;
+                    let unpacks = !packs || dmax > 64;
                     let variants = packs as usize + unpacks as usize;
                     // Packed local masks also take the table's narrow tiles (`flagship_by_shape`).
                     let (narrow, wide): (Vec<&&KernelSpec>, Vec<&&KernelSpec>) = unpaged
                         .iter()
                         .partition(|s| s.pack_gqa && s.mask == crate::spec::Mask::Local);
-                    let expect_wide = per * 2 * 2 * by_length * variants
-                        - if packs && m.sliding_window.is_some() {
-                            2 * 2 * by_length
+                    let local = m.sliding_window.is_some() as usize;
+                    let expect_wide = 2
+                        * 2
+                        * variants
+                        * (m.full_layers as usize * by_length_full + local * by_length_local)
+                        - if packs && local == 1 {
+                            2 * 2 * by_length_local
                         } else {
                             0
                         };
                     assert_eq!(wide.len(), expect_wide, "{name} {arch}");
                     if packs && m.sliding_window.is_some() {
-                        assert!(narrow.len() >= 2 * 2 * by_length, "{name} {arch}");
-                        if m.head_dim.max(m.head_dim_v) <= 64 {
+                        assert!(narrow.len() >= 2 * 2 * by_length_local, "{name} {arch}");
+                        if dmax <= 64 {
                             assert!(narrow.iter().any(|s| s.tile_n < 128), "{name} {arch}");
                         }
                     }

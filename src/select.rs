@@ -52,12 +52,15 @@ pub struct Selection {
 }
 
 /// Keys from which unmasked dense calls run in CTA pairs by default (`Problem::cta_pairs`).
-/// H200, B·S 16k, H·d 2048, one run, three rounds, TFLOP/s alone -> pairs: 16k d 64 517 ->
-/// 520, d 128 648 -> 670, d 192/128 689 -> 702, d 256 743 -> 744; 8k within the rounds'
-/// noise either way; 2k d 128 684 -> 679, 1k 630 -> 621 (in pairs the partners wait for each
-/// other at every K/V stage; the halved L2 -> SM traffic pays where the long cells run at the
-/// power cap).
-pub const PAIRS_MIN_KEYS: usize = 16384;
+/// The halved L2 -> SM traffic pays where the calls run at the power cap, which sustained
+/// work reaches from a few K blocks on (the SM clock falls to ~1.5-1.8 GHz at 700 W); the
+/// partners' lockstep costs where it does not. H200, B·S 16k, H·d 2048, TFLOP/s alone -> pairs:
+/// sustained (0.6 s of calls before a 0.5 s window, three rounds, session 12) d 128 2k 595
+/// -> 607, 4k 619 -> 632, 8k 634 -> 650; d 192/128 2k 643 -> 631, 4k 670 -> 676, 8k 676 ->
+/// 697; d 256 2k 653 -> 658, 4k 691 -> 694, 8k 710 -> 717. Bursts of 60 calls (session 10):
+/// 16k d 128 648 -> 670, d 192/128 689 -> 702, d 256 743 -> 744; 4k and 8k even; d 128 2k
+/// 684 -> 679, 1k 630 -> 621. So pairs from 4k keys, where neither protocol loses.
+pub const PAIRS_MIN_KEYS: usize = 4096;
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
@@ -509,7 +512,7 @@ mod tests {
     #[test]
     fn pairs() {
         let mut p = Problem::new(DType::Bf16, 1, 1000, 1000, 1, 1, 128, 128);
-        assert!(!sel(&p, &H200).pairs); // default: 16k keys and more
+        assert!(!sel(&p, &H200).pairs); // default: 4k keys and more
         p.seqlen_k = PAIRS_MIN_KEYS;
         let s = sel(&p, &H200);
         assert!(s.pairs);
@@ -588,9 +591,24 @@ mod tests {
         assert_eq!(sel(&p, &H200).spec.tile_n, 128);
         p.window = (Some(8191), Some(0));
         assert_eq!(sel(&p, &H200).spec.tile_n, 160);
-        // d 256 has one wide tile.
-        let p = Problem::new(DType::Bf16, 1, 1000, 512, 16, 16, 256, 256);
-        assert_eq!(sel(&p, &H200).spec.tile_n, 80);
+        // d 256: registers bound the table's first tile to 80 keys, so 128x64 competes by
+        // shape: short causal calls pad less on it (H200, sustained: S 512 causal 326 against
+        // 308 TFLOP/s, 1k 445 against 430); long ones take 128x80.
+        for (sk, causal, tile_n) in [
+            (512, true, 64),
+            (1024, true, 64),
+            (4096, true, 80),
+            (16384, false, 80),
+            (16384, true, 80),
+        ] {
+            let mut p = Problem::new(DType::Bf16, 16384 / sk, sk, sk, 8, 8, 256, 256);
+            p.causal = causal;
+            assert_eq!(
+                sel(&p, &H200).spec.tile_n,
+                tile_n,
+                "d 256 Sk {sk} causal {causal}"
+            );
+        }
         // d 64: three consumers (192 rows) where their rate pays for their padding: long
         // sequences and unmasked ones, not 1k causal (H200: 276-280 against 292-302 TFLOP/s; 284
         // against 327 in the eleventh session) nor a 128-key

@@ -479,10 +479,10 @@ impl KernelSpec {
     /// consecutive Q blocks of one head, so they visit the same K/V blocks in lockstep; each
     /// loads half of every K/V block and the TMA multicasts it into both, halving the K/V
     /// traffic from L2 to the SMs (`fa4gen/cluster.cuh`). Selection launches pairs when the
-    /// call has an even number of Q blocks and, by default, 16k keys or more
-    /// (`select::PAIRS_MIN_KEYS`: there the long cells run at the power cap and the halved
-    /// traffic pays, d 128 full 16k +3% on the H200; shorter, the partners' lockstep costs
-    /// about as much); else the same kernel runs alone (a cluster of one). Unmasked dense
+    /// call has an even number of Q blocks and, by default, 4k keys or more
+    /// (`select::PAIRS_MIN_KEYS`: there sustained calls run at the power cap and the halved
+    /// traffic pays, d 128 full +2% at 4k and 8k, +3% at 16k on the H200; shorter, the
+    /// partners' lockstep costs about as much); else the same kernel runs alone (a cluster of one). Unmasked dense
     /// calls only: under a mask the partners' K ranges differ, and varlen or paged K/V is
     /// per sequence; and head dims of 128 and more (FA3 makes the same choices): at d 64 the
     /// pair code cost the kernel running alone 3.5% at 1k (424 -> 408 TFLOP/s, three rounds)

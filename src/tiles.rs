@@ -111,13 +111,17 @@ impl SpecClass {
     /// waste less (H200, d 64, H64/Hkv8, window 128, three interleaved rounds: 192x64
     /// 0.186-0.192 ms at S 16k and 0.196-0.198 for gpt-oss's sliding layer, against
     /// 0.207-0.210 / 0.216-0.217 on 192x128, 0.205 / 0.212 on 128x64; unpacked, whose tiles
-    /// span tile_m + window keys, 192x64 lost: 0.285 against 0.234 on 128x128). Plans carry
-    /// all of them.
+    /// span tile_m + window keys, 192x64 lost: 0.285 against 0.234 on 128x128). Where
+    /// registers hold the table's first tile under 128 keys (d 256: 128x80) its narrower
+    /// tiles are shape candidates too: short causal calls pad less on them (H200, sustained
+    /// protocol, two rounds: d 256 causal S 512 128x64 325-327 TFLOP/s against 308 on 128x80,
+    /// 1k 444-445 against 429-430). Plans carry all of them.
     pub fn flagship_by_shape(self) -> impl Iterator<Item = KernelSpec> {
         let first = self.flagship();
         let narrow_too = self.pack_gqa && self.mask == Mask::Local;
-        self.flagship_tiles()
-            .filter(move |s| first.is_some_and(|f| *s == f || s.tile_n >= 128 || narrow_too))
+        self.flagship_tiles().filter(move |s| {
+            first.is_some_and(|f| *s == f || s.tile_n >= 128 || f.tile_n < 128 || narrow_too)
+        })
     }
 
     /// The flagship for paged K/V of `page_size` keys, whose blocks TMA loads as boxes of
