@@ -55,9 +55,9 @@ pub struct Selection {
 /// The halved L2 -> SM traffic pays where the calls run at the power cap, which sustained
 /// work reaches from a few K blocks on (the SM clock falls to ~1.5-1.8 GHz at 700 W); the
 /// partners' lockstep costs where it does not. H200, B·S 16k, H·d 2048, TFLOP/s alone -> pairs:
-/// sustained (0.6 s of calls before a 0.5 s window, three rounds, session 12) d 128 2k 595
-/// -> 607, 4k 619 -> 632, 8k 634 -> 650; d 192/128 2k 643 -> 631, 4k 670 -> 676, 8k 676 ->
-/// 697; d 256 2k 653 -> 658, 4k 691 -> 694, 8k 710 -> 717. Bursts of 60 calls (session 10):
+/// sustained (0.6 s of calls before a 0.5 s window, medians of three rounds, session 12)
+/// d 128 2k 594 -> 605, 4k 620 -> 632, 8k 635 -> 650; d 192/128 2k 642 -> 632, 4k 670 ->
+/// 677, 8k 674 -> 697; d 256 2k 655 -> 655, 4k 687 -> 688, 8k 713 -> 714. Bursts of 60 calls (session 10):
 /// 16k d 128 648 -> 670, d 192/128 689 -> 702, d 256 743 -> 744; 4k and 8k even; d 128 2k
 /// 684 -> 679, 1k 630 -> 621. So pairs from 4k keys, where neither protocol loses.
 pub const PAIRS_MIN_KEYS: usize = 4096;
