@@ -27,7 +27,6 @@ def timed(fn, sets, warm_s, window_s):
     """Median per-call time (ms) in a window of about `window_s` seconds, after `warm_s` seconds
     of the same calls (the power limiter settles in ~0.3 s). No sync between calls: the host
     runs ahead, so host overhead stays outside the events."""
-    est = None
     t0, i = time.time(), 0
     while time.time() - t0 < warm_s or i < 10:
         fn(*sets[i % len(sets)])
