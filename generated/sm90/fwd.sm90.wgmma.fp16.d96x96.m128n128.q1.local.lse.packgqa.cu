@@ -601,16 +601,25 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n128_q1_local_lse_packgqa(const __grid_con
       o[i][3] *= corr[0][1];
     }
   };
+  // The stage addresses come from the shared-memory symbol afresh, not from sK / sV: that is
+  // uniform arithmetic, where the base kept live across the main loop may sit in a vector
+  // register (ptxas put it there in the d 192 and d 256 causal and packed kernels: their K/V
+  // descriptors took 40 R2UR and ~80 vector integer instructions per K block, a sixth of the
+  // loop). Written out in this order: other spellings (a helper taking the offset) let the
+  // compiler fold it back into sK / sV. Only past d 128: at d <= 128 the fresh form cost 2-6
+  // instructions a block and saved nothing.
+  constexpr bool kFreshStageBase = kD > 128;
   // S = Q K^T of the tile in Q buffer j % kQBufs against K stage `st` (inside a turn).
   auto issue_qk = [&](u32 j, int st) {
     wgmma_fence();
-    gemm_qk(s[0], sQ + (j % kQBufs) * kQBytes + cons * 64 * 128, sK + st * kKStage);
+    gemm_qk(s[0], sQ + (j % kQBufs) * kQBytes + cons * 64 * 128,
+            kFreshStageBase ? ((smem_u32(smem) + 1023u) & ~1023u) + kSmemK + st * kKStage : sK + st * kKStage);
     wgmma_commit();
   };
   // O += P V of V stage `st` (inside a turn).
   auto issue_pv = [&](int st) {
     wgmma_fence();
-    gemm_pv(o, pa, sV + st * kVStage);
+    gemm_pv(o, pa, kFreshStageBase ? ((smem_u32(smem) + 1023u) & ~1023u) + kSmemV + st * kVStage : sV + st * kVStage);
     wgmma_commit();
   };
   // Block n0's S of tile w has landed: mask it and fold it into the softmax. Without a mask
