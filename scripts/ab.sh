@@ -2,25 +2,41 @@
 # A/B of template experiments in one GPU run: each variant is a set of environment knobs read
 # at render time; kernels compile at first use (FA4GEN_JIT=1), so one staged build serves all.
 #   VARIANTS="A: B:FA4GEN_EXP_X=1" SHAPES="256,512,1 ..." ROUNDS=2 scripts/ab.sh
+# A variant without knobs runs the staged cubins (NVRTC 13.5), one with knobs compiles with the
+# GPU host's NVRTC, whose code ran an identical d 128 kernel 2% slower: give every variant a knob,
+# or build B's kernels ahead as a plan staged in a folder of its own and name it, ROOT=.stage/b
+# (such a variant runs with FA4GEN_JIT=0: else the binary re-renders what differs from its own
+# templates and compiles that instead).
 # Prints a table and writes every line to $OUT/ab.txt (tagged ab-<variant>-<round>.jsonl, ab-sdpa-<round>).
 set -uo pipefail
 OUT=${OUT:-/tmp/fa4gen-out}
 mkdir -p "$OUT"
 export FA4GEN_KERNELS=.stage/generated FA4GEN_JIT=1
+# The kernel root of a variant: its ROOT= knob, else the staged cubins.
+root() { local r=.stage/generated k; for k in ${1//,/ }; do case $k in ROOT=*) r=${k#ROOT=} ;; esac; done; echo "$r"; }
+# A variant's environment: its knobs, and no JIT where it names its own kernels.
+knobs_of() { local k=${1#*:}; case $k in *ROOT=*) k="$k,FA4GEN_JIT=0" ;; esac; echo "${k//,/ }"; }
 # Compile every variant's kernels first, in parallel (one --one launch per variant and shape),
 # so the timed rounds hit the jit cache.
 for v in $VARIANTS; do
-  knobs=${v#*:}
+  knobs=$(knobs_of "$v")
   for shape in $SHAPES; do
-    env ${knobs//,/ } .stage/bin/bench_fwd .stage/generated --one "$shape" > /dev/null 2>&1 &
+    env $knobs .stage/bin/bench_fwd "$(root "$knobs")" --one "$shape" > /dev/null 2>&1 &
     while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-12}" ]; do wait -n; done
   done
 done
 wait
+# Variants run back to back on each shape, their order reversed every other round: the GPU's
+# clock drifts with its temperature and power (the 700 W cap), and a variant always timed first
+# read up to 2.4% faster than an identical kernel timed after it.
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  for v in $VARIANTS; do
-    name=${v%%:*}; knobs=${v#*:}
-    env ${knobs//,/ } .stage/bin/bench_fwd .stage/generated $SHAPES > "$OUT/ab-$name-$round.jsonl" 2> "$OUT/ab-$name-$round.err"
+  order=$VARIANTS
+  [ $((round % 2)) = 0 ] && order=$(printf '%s\n' $VARIANTS | tac | tr '\n' ' ')
+  for shape in $SHAPES; do
+    for v in $order; do
+      name=${v%%:*}; knobs=$(knobs_of "$v")
+      env $knobs .stage/bin/bench_fwd "$(root "$knobs")" "$shape" >> "$OUT/ab-$name-$round.jsonl" 2>> "$OUT/ab-$name-$round.err"
+    done
   done
   python3 scripts/bench_sdpa.py $SHAPES > "$OUT/ab-sdpa-$round.jsonl" 2> "$OUT/ab-sdpa-$round.err"
 done
