@@ -44,14 +44,15 @@ pub struct Selection {
     /// K ranges per (query block, head); > 1 only for split kernels.
     pub num_splits: u32,
     /// Launch the wgmma kernel in CTA pairs (`KernelSpec::wgmma_pairs`): the call has an even
-    /// number of Q blocks, so a pair's tiles are two Q blocks of one head, and the grid is even.
+    /// number of Q blocks (causal: in whole, even runs), so a pair's tiles are two Q blocks of
+    /// one head, and the grid is even.
     pub pairs: bool,
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
     /// library without it falls back to `select_table` (see `FlashAttention::plan`).
     pub decode_tile: bool,
 }
 
-/// Keys from which unmasked dense calls run in CTA pairs by default (`Problem::cta_pairs`).
+/// Keys from which dense calls, unmasked or causal, run in CTA pairs by default (`Problem::cta_pairs`).
 /// The halved L2 -> SM traffic pays where the calls run at the power cap, which sustained
 /// work reaches from a few K blocks on (the SM clock falls to ~1.5-1.8 GHz at 700 W); the
 /// partners' lockstep costs where it does not. H200, B·S 16k, H·d 2048, TFLOP/s alone -> pairs:
@@ -59,7 +60,9 @@ pub struct Selection {
 /// d 128 2k 594 -> 605, 4k 620 -> 632, 8k 635 -> 650; d 192/128 2k 642 -> 632, 4k 670 ->
 /// 677, 8k 674 -> 697; d 256 2k 655 -> 655, 4k 687 -> 688, 8k 713 -> 714. Bursts of 60 calls (session 10):
 /// 16k d 128 648 -> 670, d 192/128 689 -> 702, d 256 743 -> 744; 4k and 8k even; d 128 2k
-/// 684 -> 679, 1k 630 -> 621. So pairs from 4k keys, where neither protocol loses.
+/// 684 -> 679, 1k 630 -> 621. So pairs from 4k keys, where neither protocol loses. Causal
+/// calls (session 13, sustained, alone -> pairs): 1k d 128 447 -> 430, d 256 466 -> 460; 4k
+/// d 128 587 -> 590, d 192/128 608 -> 620, d 256 623 -> 635; 16k +2.3-4.3%: the same rule.
 pub const PAIRS_MIN_KEYS: usize = 4096;
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
@@ -322,8 +325,14 @@ pub fn select_with(
     // The flagship is persistent: one CTA per SM (two for tile_m 64) walks the (Q block, head,
     // batch) tiles.
     let tiles = m_blocks * heads * p.batch;
+    // A causal pair is two Q blocks of one run: runs even and whole (`KernelSpec::wgmma_q_run`).
+    let runs_pair = match spec.wgmma_q_run() {
+        Some(run) if run > 0 => m_blocks.is_multiple_of((run as usize).min(m_blocks).max(1)),
+        _ => true,
+    };
     let pairs = spec.wgmma_pairs()
         && m_blocks.is_multiple_of(2)
+        && runs_pair
         && tiles >= 2
         && device.sm_count >= 2
         && p.cta_pairs.unwrap_or(p.seqlen_k >= PAIRS_MIN_KEYS);
@@ -508,7 +517,8 @@ mod tests {
         assert_eq!(s.spec.imp, Impl::Portable);
     }
 
-    /// CTA pairs: unmasked dense calls with an even number of Q blocks, over an even grid.
+    /// CTA pairs: dense calls, unmasked or causal (in whole runs), with an even number of Q
+    /// blocks, over an even grid.
     #[test]
     fn pairs() {
         let mut p = Problem::new(DType::Bf16, 1, 1000, 1000, 1, 1, 128, 128);
@@ -528,8 +538,16 @@ mod tests {
         p.seqlen_q = 1100; // 9 Q blocks: alone
         assert!(!sel(&p, &H200).pairs);
         p.seqlen_q = 1000;
-        p.causal = true; // partners' K ranges differ
+        p.causal = true; // 8 Q blocks: one run of 8, four pairs
+        assert!(sel(&p, &H200).pairs);
+        p.seqlen_q = 3000; // 24 Q blocks: a run of 16 and 8 blocks outside runs, alone
         assert!(!sel(&p, &H200).pairs);
+        p.seqlen_q = 4096; // 32: two runs of 16
+        assert!(sel(&p, &H200).pairs);
+        p.window = (Some(256), Some(0)); // a window: the partners' ranges differ at both ends
+        assert!(!sel(&p, &H200).pairs);
+        p.window = (None, None);
+        p.seqlen_q = 1000;
         p.causal = false;
         p.seqlen_q = 1; // one Q block
         p.heads = 1;

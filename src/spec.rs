@@ -482,15 +482,22 @@ impl KernelSpec {
     /// call has an even number of Q blocks and, by default, 4k keys or more
     /// (`select::PAIRS_MIN_KEYS`: there sustained calls run at the power cap and the halved
     /// traffic pays, d 128 full +2% at 4k and 8k, +3% at 16k on the H200; shorter, the
-    /// partners' lockstep costs about as much); else the same kernel runs alone (a cluster of one). Unmasked dense
-    /// calls only: under a mask the partners' K ranges differ, and varlen or paged K/V is
-    /// per sequence; and head dims of 128 and more (FA3 makes the same choices): at d 64 the
-    /// pair code cost the kernel running alone 3.5% at 1k (424 -> 408 TFLOP/s, three rounds)
-    /// while pairs gained under 1% at 16k.
+    /// partners' lockstep costs about as much); else the same kernel runs alone (a cluster of one). Dense
+    /// calls, unmasked or causal: under a causal mask the partners' K ranges share block 0 and
+    /// differ only past the lighter one's diagonal, so the pair loads the heavier one's range
+    /// and the lighter one releases its extra blocks unread (session 13, sustained, old kernel
+    /// -> pairs: d 192/128 causal 4k 603 -> 620, 16k 658 -> 687; d 256 4k 624 -> 635, 16k 695
+    /// -> 711; d 128 4k 589 -> 590, 16k 633 -> 644; the pair code running alone at 1k cost
+    /// 0.2-0.4%), except where tiles chain (a tile's first block then runs in the tile before,
+    /// ahead of the partner's extra blocks); a local window's ranges differ at both ends, and
+    /// varlen or paged K/V is per sequence. Head dims of 128 and more (FA3 makes the same choices): at d 64 the pair code
+    /// cost the kernel running alone 3.5% at 1k (424 -> 408 TFLOP/s, three rounds) while
+    /// pairs gained under 1% at 16k.
     pub fn wgmma_pairs(&self) -> bool {
         self.imp == Impl::Wgmma
             && self.d.max(self.dv) >= 128
-            && self.mask == Mask::None
+            && self.mask != Mask::Local
+            && (self.mask == Mask::None || !self.wgmma_chain_tiles())
             && !self.pack_gqa
             && !self.feat.varlen
             && !self.feat.paged
@@ -778,6 +785,38 @@ mod tests {
                 assert_eq!((g.q_bufs, g.smem_o), (1, g.smem_q), "{stem}");
             }
         }
+    }
+
+    /// CTA pairs: dense calls at d >= 128, unmasked or causal; not a local window, not packed,
+    /// varlen, paged or split, and not causal where tiles chain (a tile's first block would
+    /// run in the tile before, ahead of its partner's extra blocks).
+    #[test]
+    fn pairs_where_partners_share_their_blocks() {
+        for (stem, pairs) in [
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1", true),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal", true),
+            ("fwd.sm90.wgmma.bf16.d256x256.m128n80.q1.causal.lse", true),
+            ("fwd.sm90.wgmma.bf16.d192x128.m128n128.q1.causal", true),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.local", false),
+            (
+                "fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.varlen",
+                false,
+            ),
+            (
+                "fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.packgqa",
+                false,
+            ),
+            ("fwd.sm90.wgmma.bf16.d64x64.m192n128.q1.causal", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n64.q1", true),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n64.q1.causal", false),
+        ] {
+            let spec: KernelSpec = stem.parse().unwrap();
+            assert_eq!(spec.wgmma_pairs(), pairs, "{stem}");
+        }
+        let chained: KernelSpec = "fwd.sm90.wgmma.bf16.d128x128.m128n64.q1.causal"
+            .parse()
+            .unwrap();
+        assert!(chained.wgmma_chain_tiles());
     }
 
     fn base() -> KernelSpec {

@@ -649,6 +649,82 @@ fn oracle_flagship_pairs() {
     }
 }
 
+/// Causal CTA pairs: partners are Q blocks 2k and 2k + 1 of a run, so the heavier one visits a
+/// block or two past the lighter one's diagonal; the pair loads that range and the lighter one
+/// releases its extra blocks unread. Runs whole and even pair (m_blocks even, and under 16 or a
+/// multiple of 16), others run alone; Sq != Sk both ways (Sq > Sk: the lighter partner may see
+/// no key at all while the heavier one does), K shorter than one block, GQA unpacked, 80- and
+/// 160-key tiles (the partners' diagonals one or two blocks apart). A released stage the
+/// partner still reads, or rings out of step, shows as a wrong, moving or hung result.
+#[test]
+fn oracle_flagship_causal_pairs() {
+    // (sq, sk, batch, heads, heads_kv)
+    let shapes = [
+        (1000, 1000, 2, 3, 3),
+        (256, 16384, 1, 1, 1),
+        (2048, 2048, 1, 5, 5),
+        (1000, 113, 2, 2, 2),
+        (130, 4097, 3, 4, 2),
+        (3000, 3000, 1, 2, 2),
+        (1100, 37, 1, 6, 3),
+        (4096, 4096, 1, 2, 2),
+    ];
+    let mut cases = Vec::new();
+    for (i, (d, dv, tile)) in [
+        (128, 128, None),
+        (192, 128, None),
+        (256, 256, None),
+        (128, 128, Some((128, 160))),
+        (256, 256, Some((128, 64))),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        for (j, &(sq, sk, batch, heads, heads_kv)) in shapes.iter().enumerate() {
+            if tile.is_some() && j % 2 == 1 {
+                continue;
+            }
+            cases.push(Case {
+                dtype: DType::ALL[(i + j) % 2],
+                d,
+                dv,
+                batch,
+                sq,
+                sk,
+                heads,
+                heads_kv,
+                causal: true,
+                window: (None, None),
+                lse: (i + j) % 3 != 1,
+                pack_gqa: Some(false),
+                pad: if j == 4 { 8 } else { 0 },
+                tile_mn: tile,
+                pairs: Some(true),
+            });
+        }
+    }
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    let paired = run_all_with(
+        "oracle_flagship_causal_pairs",
+        &cases,
+        on_hopper.then_some("wgmma"),
+        setup,
+    );
+    // 128-row Q blocks: pairs where the runs of min(16, m_blocks) are whole and even.
+    let pairable = |c: &Case| {
+        let m = c.sq.div_ceil(128);
+        m.is_multiple_of(2) && (m < 16 || m.is_multiple_of(16))
+    };
+    let expect = cases.iter().filter(|c| pairable(c)).count();
+    assert!(
+        expect >= 20 && expect < cases.len(),
+        "cover pairs and lone CTAs"
+    );
+    if on_hopper {
+        assert_eq!(paired, expect, "cases launched in CTA pairs");
+    }
+}
+
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,
 /// windows that empty whole rows, Sk = 0 (memset path), Sq = 0, odd sizes, GQA 8.
 #[test]

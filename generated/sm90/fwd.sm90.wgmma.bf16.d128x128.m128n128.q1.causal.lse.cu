@@ -28,7 +28,10 @@
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(rows / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
+// Pairs: launched in clusters of two, CTAs 2c and 2c + 1 take Q blocks 2i and 2i + 1 of one head and
+// each loads half of every K/V block into both (TMA multicast).
 // Heads share a KV head in groups of H / Hkv (unpacked GQA: rows = Sq). O is staged in its own rows.
+#include "fa4gen/cluster.cuh"
 #include "fa4gen/dtype.cuh"
 #include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
@@ -61,10 +64,13 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 // CTA pairs (KernelSpec::wgmma_pairs). Launched in clusters of two, a pair takes consecutive Q
 // blocks of one head, so both visit the same K/V blocks in the same order: each CTA loads half
 // of every block, multicast into both, and a K/V stage is free once both CTAs' consumers have
-// released it. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
-constexpr bool kPairs = false;
-static_assert(!kPairs || (kMask == MaskKind::None && !kVarlen && !kPaged && !kPackGqa),
-              "pairs: partners visit the same K/V blocks only in unmasked dense calls");
+// released it. Under a causal mask both visit from block 0 up, the heavier partner up to its
+// diagonal, a block or two past the lighter's: the pair loads the heavier's range and the
+// lighter's consumers release its extra blocks unread (Tile::n_skip), which keeps the two
+// rings in step. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
+constexpr bool kPairs = true;
+static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kPackGqa),
+              "pairs: partners share their K/V blocks only in dense calls, unmasked or causal");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -173,6 +179,7 @@ struct Tile {
   int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
   int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
+  int n_skip;              // in a causal pair: the partner's blocks past n_hi, loaded, not read
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
     return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
@@ -198,6 +205,7 @@ struct Tiles {
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
+  int pair;                           // CTAs in this CTA's cluster: 2 (launched in pairs) or 1
   static constexpr int kRun = 16;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
@@ -212,6 +220,7 @@ struct Tiles {
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
+        pair((int)cluster_size()),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
@@ -224,6 +233,10 @@ struct Tiles {
   // clusters and a cluster takes tiles 2i and 2i + 1, one per rank (the host launches pairs
   // only where m_blocks is even: the two are Q blocks of one head, and count is even).
   FA4_DEVICE int nth(int j) const {
+    if (pair == 2) {
+      const int n = (int)gridDim.x / 2, c = (int)blockIdx.x / 2;
+      return 2 * (j * n + ((j & 1) ? n - 1 - c : c)) + (int)(blockIdx.x & 1);
+    }
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return j * (int)gridDim.x + b;
   }
@@ -268,6 +281,13 @@ struct Tiles {
     const BottomRightMask<kMask> mask = w.mask(p);
     w.n_hi = mask.block_hi(w.q1, kTileN);
     w.n_blocks = max(w.n_hi - mask.block_lo(w.q0, kTileN), 0);  // visited last to first
+    // A causal pair is Q blocks 2k and 2k + 1 of a run (the host pairs only where runs are
+    // even and whole): both visit from block 0, the pair up to the heavier one's diagonal.
+    w.n_skip = 0;
+    if (kMask == MaskKind::Causal && pair == 2) {
+      const int m1_pair = min((m_block | 1) * kTileM + kTileM, w.rows);
+      w.n_skip = max(mask.block_hi(query_of(m1_pair - 1) + 1, kTileN) - w.n_hi, 0);
+    }
     return w;
   }
 };
@@ -391,7 +411,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
   const Barriers bar{base + kSmemBar};
   const int tid = threadIdx.x, wg = tid / 128;
   // In a pair (kPairs): the partner CTA's consumers release this CTA's K/V stages too.
-  const u32 kv_releasers = 4 * kConsumers;
+  const u32 kv_releasers = cluster_size() * 4 * kConsumers;
 
   if (tid == 0) {
 #pragma unroll
@@ -408,7 +428,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
     }
     mbar_fence_init();
   }
-  __syncthreads();
+  // The partner's loads and arrivals reach these barriers: both CTAs' must be initialised.
+  cluster_sync();
 
   if (wg == 0) {
     // ================= producer =================
@@ -482,6 +503,15 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
           }
         } else {
           mbar_arrive_expect_tx(full, (u32)(kKVChunk * chunks));
+          if (tiles.pair == 2) {
+            // This rank's half of the rows (a multiple of 8: whole swizzle atoms), into both
+            // CTAs; the partner's half completes this CTA's barrier as well.
+            const int half = (int)(blockIdx.x & 1) * (kTileN / 2);
+#pragma unroll
+            for (int c = 0; c < chunks; ++c)
+              tma_load_4d_multicast(dst + c * kKVChunk + half * 128, map, full, 64 * c, w.k_row + n0 + half, w.head_kv, w.k_batch, 0x3);
+            return;
+          }
 #pragma unroll
           for (int c = 0; c < chunks; ++c)
             tma_load_4d(dst + c * kKVChunk, map, full, 64 * c, w.k_row + n0, w.head_kv, w.k_batch);
@@ -523,17 +553,19 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
               tma_load_4d(dst + c * kQChunk, &maps.q, bar.q(qb), 64 * c, w.q_row, w.head, w.q_batch);
           }
         }
-        // Blocks are visited last to first; n(i) is the i-th visited block's first key.
-        auto n_of = [&](int i) { return (w.n_hi - 1 - i) * kTileN; };
-        BoxSrc src_prev{0, -1}, src = w.n_blocks > 0 ? box_src(n_of(0), w) : BoxSrc{0, -1};
-        for (int i = 0; i < w.n_blocks; ++i, ++it) {
-          const BoxSrc src_next = i + 1 < w.n_blocks ? box_src(n_of(i + 1), w) : BoxSrc{0, -1};  // a block ahead
+        // Blocks are visited last to first; n(i) is the i-th visited block's first key. In a
+        // causal pair the partner's extra blocks come first (n_skip: the consumers release them).
+        const int n_load = w.n_blocks + w.n_skip;
+        auto n_of = [&](int i) { return (w.n_hi + w.n_skip - 1 - i) * kTileN; };
+        BoxSrc src_prev{0, -1}, src = n_load > 0 ? box_src(n_of(0), w) : BoxSrc{0, -1};
+        for (int i = 0; i < n_load; ++i, ++it) {
+          const BoxSrc src_next = i + 1 < n_load ? box_src(n_of(i + 1), w) : BoxSrc{0, -1};  // a block ahead
           load_k(it, n_of(i), src, w);
           if (i > 0) load_v(it - 1, n_of(i - 1), src_prev, w);
           src_prev = src;
           src = src_next;
         }
-        if (w.n_blocks > 0) load_v(it - 1, n_of(w.n_blocks - 1), src_prev, w);
+        if (n_load > 0) load_v(it - 1, n_of(n_load - 1), src_prev, w);
         ++j;
       }
     }
@@ -556,6 +588,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
   // producer multicasts into this CTA's copy too).
   auto release_kv = [&](u32 b) {
     warp_arrive(b);
+    if (lane == 1 && tiles.pair == 2) mbar_arrive_cluster(b, (blockIdx.x & 1) ^ 1);
   };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,
   // 256 threads: this consumer's 128 waiting plus the previous one's 128 arriving), so one
@@ -767,6 +800,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
   // (Two stages at least: the next tile's first V, whose tail rows first_block may zero, must
   // load into a stage other than the last P V's.)
   static_assert(!kChainTiles || (kQBufs > 1 && kStages >= 2), "chained tiles: two Q buffers, two stages");
+  static_assert(!(kChainTiles && kPairs && kMask == MaskKind::Causal),
+                "chained tiles start a tile's blocks in the tile before its partner's extra ones: no causal pairs");
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
@@ -781,6 +816,14 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
   bool head_done = false;  // the tile's first block went through its softmax in the tile before's tail
   while (have) {
     const int qb = j % kQBufs;
+    // The partner's extra blocks (a causal pair): landed, then released unread, so both
+    // CTAs' rings stay in step. Both consumers skip alike, outside their GEMM turns.
+    for (int i = 0; i < w.n_skip; ++i, ++it) {
+      mbar_wait(bar.full_k(it % kStages), (it / kStages) & 1);
+      release_kv(bar.empty_k(it % kStages));
+      mbar_wait(bar.full_v(it % kStages), (it / kStages) & 1);
+      release_kv(bar.empty_v(it % kStages));
+    }
     lazy = w.n_blocks >= kLazyBlocks;
     if (!head_done) {
       zero_o();
@@ -863,6 +906,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse(const __grid_constant
     ++j;
     have = have_next;
   }
-  // Shared memory must outlive the last store's reads of it.
+  // Shared memory must outlive the last store's reads of it, and, in a pair, the partner's
+  // last arrivals on this CTA's barriers (its producer is done once its consumers are).
   if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
+  cluster_sync();
 }

@@ -62,10 +62,13 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 // CTA pairs (KernelSpec::wgmma_pairs). Launched in clusters of two, a pair takes consecutive Q
 // blocks of one head, so both visit the same K/V blocks in the same order: each CTA loads half
 // of every block, multicast into both, and a K/V stage is free once both CTAs' consumers have
-// released it. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
+// released it. Under a causal mask both visit from block 0 up, the heavier partner up to its
+// diagonal, a block or two past the lighter's: the pair loads the heavier's range and the
+// lighter's consumers release its extra blocks unread (Tile::n_skip), which keeps the two
+// rings in step. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
 constexpr bool kPairs = false;
-static_assert(!kPairs || (kMask == MaskKind::None && !kVarlen && !kPaged && !kPackGqa),
-              "pairs: partners visit the same K/V blocks only in unmasked dense calls");
+static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kPackGqa),
+              "pairs: partners share their K/V blocks only in dense calls, unmasked or causal");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -174,6 +177,7 @@ struct Tile {
   int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
   int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
+  static constexpr int n_skip = 0;
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
     return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
@@ -524,17 +528,19 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n160_q1_causal_packgqa(const __grid_consta
               tma_load_4d(dst + c * kQChunk, &maps.q, bar.q(qb), 64 * c, w.q_row, w.head, w.q_batch);
           }
         }
-        // Blocks are visited last to first; n(i) is the i-th visited block's first key.
-        auto n_of = [&](int i) { return (w.n_hi - 1 - i) * kTileN; };
-        BoxSrc src_prev{0, -1}, src = w.n_blocks > 0 ? box_src(n_of(0), w) : BoxSrc{0, -1};
-        for (int i = 0; i < w.n_blocks; ++i, ++it) {
-          const BoxSrc src_next = i + 1 < w.n_blocks ? box_src(n_of(i + 1), w) : BoxSrc{0, -1};  // a block ahead
+        // Blocks are visited last to first; n(i) is the i-th visited block's first key. In a
+        // causal pair the partner's extra blocks come first (n_skip: the consumers release them).
+        const int n_load = w.n_blocks + w.n_skip;
+        auto n_of = [&](int i) { return (w.n_hi + w.n_skip - 1 - i) * kTileN; };
+        BoxSrc src_prev{0, -1}, src = n_load > 0 ? box_src(n_of(0), w) : BoxSrc{0, -1};
+        for (int i = 0; i < n_load; ++i, ++it) {
+          const BoxSrc src_next = i + 1 < n_load ? box_src(n_of(i + 1), w) : BoxSrc{0, -1};  // a block ahead
           load_k(it, n_of(i), src, w);
           if (i > 0) load_v(it - 1, n_of(i - 1), src_prev, w);
           src_prev = src;
           src = src_next;
         }
-        if (w.n_blocks > 0) load_v(it - 1, n_of(w.n_blocks - 1), src_prev, w);
+        if (n_load > 0) load_v(it - 1, n_of(n_load - 1), src_prev, w);
         ++j;
       }
     }
@@ -768,6 +774,8 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n160_q1_causal_packgqa(const __grid_consta
   // (Two stages at least: the next tile's first V, whose tail rows first_block may zero, must
   // load into a stage other than the last P V's.)
   static_assert(!kChainTiles || (kQBufs > 1 && kStages >= 2), "chained tiles: two Q buffers, two stages");
+  static_assert(!(kChainTiles && kPairs && kMask == MaskKind::Causal),
+                "chained tiles start a tile's blocks in the tile before its partner's extra ones: no causal pairs");
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
