@@ -630,22 +630,25 @@ fn oracle_flagship_pairs() {
             });
         }
     }
-    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
-    let paired = run_all_with(
-        "oracle_flagship_pairs",
-        &cases,
-        on_hopper.then_some("wgmma"),
-        setup,
-    );
     // Those at d >= 128 (d 64 and 96 have no pair code) with an even number of Q blocks of
     // 128 rows pair.
-    let even = cases
-        .iter()
-        .filter(|c| c.d >= 128 && c.sq.div_ceil(128) % 2 == 0)
-        .count();
-    assert!(even >= 6 && even < cases.len(), "cover pairs and lone CTAs");
+    run_pairs("oracle_flagship_pairs", &cases, 6, |c| {
+        c.d >= 128 && c.sq.div_ceil(128).is_multiple_of(2)
+    });
+}
+
+/// Runs `cases` on the flagship (on Hopper) and checks that exactly those `pairable` says
+/// launched in CTA pairs, at least `min_paired` of them and not all.
+fn run_pairs(label: &str, cases: &[Case], min_paired: usize, pairable: impl Fn(&Case) -> bool) {
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    let paired = run_all_with(label, cases, on_hopper.then_some("wgmma"), setup);
+    let expect = cases.iter().filter(|c| pairable(c)).count();
+    assert!(
+        expect >= min_paired && expect < cases.len(),
+        "cover pairs and lone CTAs"
+    );
     if on_hopper {
-        assert_eq!(paired, even, "cases launched in CTA pairs");
+        assert_eq!(paired, expect, "cases launched in CTA pairs");
     }
 }
 
@@ -703,26 +706,11 @@ fn oracle_flagship_causal_pairs() {
             });
         }
     }
-    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
-    let paired = run_all_with(
-        "oracle_flagship_causal_pairs",
-        &cases,
-        on_hopper.then_some("wgmma"),
-        setup,
-    );
     // 128-row Q blocks: pairs where the runs of min(16, m_blocks) are whole and even.
-    let pairable = |c: &Case| {
+    run_pairs("oracle_flagship_causal_pairs", &cases, 20, |c| {
         let m = c.sq.div_ceil(128);
         m.is_multiple_of(2) && (m < 16 || m.is_multiple_of(16))
-    };
-    let expect = cases.iter().filter(|c| pairable(c)).count();
-    assert!(
-        expect >= 20 && expect < cases.len(),
-        "cover pairs and lone CTAs"
-    );
-    if on_hopper {
-        assert_eq!(paired, expect, "cases launched in CTA pairs");
-    }
+    });
 }
 
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,
