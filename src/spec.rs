@@ -482,17 +482,19 @@ impl KernelSpec {
     /// call has an even number of Q blocks and, by default, 4k keys or more
     /// (`select::PAIRS_MIN_KEYS`: there sustained calls run at the power cap and the halved
     /// traffic pays, d 128 full +2% at 4k and 8k, +3% at 16k on the H200; shorter, the
-    /// partners' lockstep costs about as much); else the same kernel runs alone (a cluster of one). Dense
-    /// calls, unmasked or causal: under a causal mask the partners' K ranges share block 0 and
-    /// differ only past the lighter one's diagonal, so the pair loads the heavier one's range
-    /// and the lighter one releases its extra blocks unread (session 13, sustained, old kernel
-    /// -> pairs: d 192/128 causal 4k 603 -> 620, 16k 658 -> 687; d 256 4k 624 -> 635, 16k 695
-    /// -> 711; d 128 4k 589 -> 590, 16k 633 -> 644; the pair code running alone at 1k cost
-    /// 0.2-0.4%), except where tiles chain (a tile's first block then runs in the tile before,
-    /// ahead of the partner's extra blocks); a local window's ranges differ at both ends, and
-    /// varlen or paged K/V is per sequence. Head dims of 128 and more (FA3 makes the same choices): at d 64 the pair code
-    /// cost the kernel running alone 3.5% at 1k (424 -> 408 TFLOP/s, three rounds) while
-    /// pairs gained under 1% at 16k.
+    /// partners' lockstep costs about as much); else the same kernel runs alone (a cluster of
+    /// one).
+    ///
+    /// Dense calls, unmasked or causal: under a causal mask the partners' K ranges share block
+    /// 0 and differ only past the lighter one's diagonal, so the pair loads the heavier one's
+    /// range and the lighter one releases its extra blocks unread (session 13, sustained, old
+    /// kernel -> pairs: d 192/128 causal 4k 603 -> 620, 16k 658 -> 687; d 256 4k 624 -> 635,
+    /// 16k 695 -> 711; d 128 4k 589 -> 590, 16k 633 -> 644; the pair code running alone at 1k
+    /// cost 0.2-0.4%), except where tiles chain (a tile's first block then runs in the tile
+    /// before, ahead of the partner's extra blocks). A local window's ranges differ at both
+    /// ends, and varlen or paged K/V is per sequence. Head dims of 128 and more (FA3 makes the
+    /// same choices): at d 64 the pair code cost the kernel running alone 3.5% at 1k (424 ->
+    /// 408 TFLOP/s, three rounds) while pairs gained under 1% at 16k.
     pub fn wgmma_pairs(&self) -> bool {
         self.imp == Impl::Wgmma
             && self.d.max(self.dv) >= 128
