@@ -94,9 +94,10 @@ pub struct Problem {
     /// tuning; the library must hold that kernel.
     pub tile_mn: Option<(u32, u32)>,
     /// Launch the sm90 flagship in CTA pairs that share K/V blocks by TMA multicast
-    /// (`KernelSpec::wgmma_pairs`). `None`: fa4gen's default (unmasked dense calls of
-    /// [`PAIRS_MIN_KEYS`](crate::select::PAIRS_MIN_KEYS)+ keys); `Some(true)`: wherever the
-    /// kernel and an even number of Q blocks allow; `Some(false)`: never. For tuning.
+    /// (`KernelSpec::wgmma_pairs`). `None`: fa4gen's default (dense calls, unmasked or causal,
+    /// of [`PAIRS_MIN_KEYS`](crate::select::PAIRS_MIN_KEYS)+ keys); `Some(true)`: wherever the
+    /// kernel and an even number of Q blocks (causal: in whole, even runs) allow;
+    /// `Some(false)`: never. For tuning.
     pub cta_pairs: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
