@@ -326,6 +326,8 @@ pub fn select_with(
     // batch) tiles.
     let tiles = m_blocks * heads * p.batch;
     // A causal pair is two Q blocks of one run: runs even and whole (`KernelSpec::wgmma_q_run`).
+    // The kernel relies on it without checking (`Tiles::at` in fwd_sm90.cu takes the partner
+    // of Q block m as m | 1): break it and pairs mix heads' K/V or hang.
     let runs_pair = match spec.wgmma_q_run() {
         Some(run) if run > 0 => m_blocks.is_multiple_of((run as usize).min(m_blocks).max(1)),
         _ => true,

@@ -671,6 +671,8 @@ fn oracle_flagship_causal_pairs() {
         (3000, 3000, 1, 2, 2),
         (1100, 37, 1, 6, 3),
         (4096, 4096, 1, 2, 2),
+        // Q block 6's rows see no key, block 7's see some: a lighter partner that only skips.
+        (1024, 100, 1, 2, 2),
     ];
     let mut cases = Vec::new();
     for (i, (d, dv, tile)) in [

@@ -1,7 +1,7 @@
 // fa4gen/cluster.cuh: thread-block clusters (sm90+): CTAs on neighbouring SMs that can reach
-// each other's shared memory. The Hopper forward runs non-causal calls in pairs that share
-// every K/V block: each CTA loads half of a block and the TMA multicasts it into both CTAs'
-// shared memory, which halves the K/V traffic from L2 to the SMs. Every function here also
+// each other's shared memory. The Hopper forward runs long dense calls (unmasked or causal) in
+// pairs that share every K/V block: each CTA loads half of a block and the TMA multicasts it
+// into both CTAs' shared memory, which halves the K/V traffic from L2 to the SMs. Every function here also
 // works in a cluster of one (a launch without the cluster attribute).
 #pragma once
 #include "fa4gen/tma.cuh"
