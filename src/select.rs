@@ -777,9 +777,10 @@ mod tests {
     fn selection_latency() {
         let mut p = Problem::new(DType::Bf16, 4, 4096, 4096, 32, 8, 128, 128);
         p.causal = true;
-        let n = 200_000;
+        // The best of many short runs: this 2-core VM's neighbours move single runs 2x.
+        let n = 100_000;
         let mut best = f64::MAX;
-        for _ in 0..5 {
+        for _ in 0..20 {
             let t = std::time::Instant::now();
             let mut acc = 0u32;
             for _ in 0..n {
