@@ -139,6 +139,7 @@ struct WgmmaFwd<'a> {
     q_run: i64,
     pairs: bool,
     max_slack: u32,
+    stale_max: bool,
     params_size: usize,
 }
 
@@ -202,6 +203,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 q_run: spec.wgmma_q_run().map_or(-1, i64::from),
                 pairs: spec.wgmma_pairs(),
                 max_slack: spec.wgmma_max_slack(),
+                stale_max: spec.wgmma_stale_max(),
                 params_size,
             }
             .render()

@@ -525,6 +525,35 @@ impl KernelSpec {
         if self.mask == Mask::Local { 0 } else { 8 }
     }
 
+    /// Whether the wgmma kernel's main loop takes a block's exponentials at the running max
+    /// as it stands (the stale max): no row max, no quad shuffles, no correction factor. A
+    /// warp then checks its packed P (one three-input bf16x2/f16x2 max per two registers);
+    /// where a P exceeds 2^slack (the bound `wgmma_max_slack` keeps anyway), overflowed, or a
+    /// row has seen no key yet, that warp recomputes the block's scores from shared memory
+    /// with mma.sync (`warp_qk` in fwd_sm90.cu) and takes the exact update. Tiles of fewer
+    /// than 8 blocks, boundary blocks and the block holding key 0 (where sink-like keys put
+    /// a row's max) take the exact update as before.
+    ///
+    /// Measured on the H200 (session 14, sustained A/B, same inputs): d 128 full +0.5-1.7%,
+    /// d 192/128 full 16k +2.1%, causal 4k +1.4% and 16k +2.4-3.9%, d 256 full +0.9-1.5%;
+    /// d 128 and d 256 causal -0.3 and -0.7% (their diagonal tiles' short runs), d 64 0 to
+    /// -7% (not issue-bound: the cut instructions were not its limit) — hence head dims of
+    /// 128 and more, unmasked, or causal where d > dv. Dense prefill only: no sink, softcap,
+    /// varlen, paged K/V, packed GQA or chained tiles.
+    pub fn wgmma_stale_max(&self) -> bool {
+        self.imp == Impl::Wgmma
+            && self.d.min(self.dv) >= 128
+            && self.wgmma_max_slack() > 0
+            && (self.mask == Mask::None || (self.mask == Mask::Causal && self.d > self.dv))
+            && !self.wgmma_chain_tiles()
+            && !self.pack_gqa
+            && !self.feat.varlen
+            && !self.feat.paged
+            && !self.feat.split
+            && !self.feat.sink
+            && !self.feat.softcap
+    }
+
     /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after
     /// `setmaxnreg`: the consumers take what the producer gives back (FA3's split).
     pub fn wgmma_registers(&self) -> (u32, u32) {
@@ -819,6 +848,32 @@ mod tests {
             .parse()
             .unwrap();
         assert!(chained.wgmma_chain_tiles());
+    }
+
+    /// The stale max where it measured a gain: head dims of 128 and more, unmasked, or causal
+    /// at d 192/128; not d 64, not causal d 128 or 256, no window, no serving feature, no
+    /// chained tiles.
+    #[test]
+    fn stale_max_where_measured_to_gain() {
+        for (stem, stale) in [
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1", true),
+            ("fwd.sm90.wgmma.fp16.d128x128.m128n160.q1.lse", true),
+            ("fwd.sm90.wgmma.bf16.d192x128.m128n128.q1", true),
+            ("fwd.sm90.wgmma.bf16.d192x128.m128n128.q1.causal", true),
+            ("fwd.sm90.wgmma.bf16.d256x256.m128n80.q1", true),
+            ("fwd.sm90.wgmma.bf16.d256x256.m128n80.q1.causal", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal", false),
+            ("fwd.sm90.wgmma.bf16.d64x64.m192n128.q1", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.local", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.sink", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.varlen", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.packgqa", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n64.q1.causal", false),
+            ("fwd.sm90.portable.bf16.d128x128.m128n64.q1", false),
+        ] {
+            let spec: KernelSpec = stem.parse().unwrap();
+            assert_eq!(spec.wgmma_stale_max(), stale, "{stem}");
+        }
     }
 
     fn base() -> KernelSpec {

@@ -86,12 +86,15 @@ struct Case {
     tile_mn: Option<(u32, u32)>,
     /// `Problem::cta_pairs` (`None`: selection's default).
     pairs: Option<bool>,
+    /// Keys `first .. first + n` of every (batch, KV head) multiplied by `factor`: their
+    /// scores jump far above the rest, where the visiting order meets them late.
+    late_keys: Option<(usize, usize, f32)>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -106,7 +109,8 @@ impl Case {
             self.pack_gqa,
             self.pad,
             self.tile_mn,
-            self.pairs
+            self.pairs,
+            self.late_keys
         )
     }
 }
@@ -161,7 +165,14 @@ fn run_case(
 ) -> Result<Outcome, String> {
     let (b, sq, sk, h, hkv) = (c.batch, c.sq, c.sk, c.heads, c.heads_kv);
     let q = randn(rng, c.dtype, b * sq * h * c.d);
-    let k = randn(rng, c.dtype, b * sk * hkv * c.d);
+    let mut k = randn(rng, c.dtype, b * sk * hkv * c.d);
+    if let Some((first, n, factor)) = c.late_keys {
+        for key in (0..b).flat_map(|bi| (first..(first + n).min(sk)).map(move |j| bi * sk + j)) {
+            for x in &mut k[key * hkv * c.d..][..hkv * c.d] {
+                *x = reference::round_to(c.dtype, *x * factor);
+            }
+        }
+    }
     let v = randn(rng, c.dtype, b * sk * hkv * c.dv);
     let mut p = Problem::new(c.dtype, b, sq, sk, h, hkv, c.d, c.dv);
     p.causal = c.causal;
@@ -407,6 +418,7 @@ fn oracle_matrix() {
                             pad: 0,
                             tile_mn: None,
                             pairs: None,
+                            late_keys: None,
                         });
                     }
                     combo += 1;
@@ -454,6 +466,7 @@ fn oracle_flagship() {
                             pad: if i % 4 == 0 { 8 } else { 0 },
                             tile_mn: None,
                             pairs: None,
+                            late_keys: None,
                         });
                     }
                 }
@@ -529,6 +542,7 @@ fn oracle_flagship_tiles() {
                     pad: if i % 3 == 0 { 8 } else { 0 },
                     tile_mn: Some(tile),
                     pairs: None,
+                    late_keys: None,
                 });
             }
         }
@@ -573,6 +587,7 @@ fn oracle_flagship_causal_runs() {
                 pad: if i % 2 == 1 { 8 } else { 0 },
                 tile_mn: None,
                 pairs: None,
+                late_keys: None,
             });
         }
     }
@@ -627,6 +642,7 @@ fn oracle_flagship_pairs() {
                 pad: if j == 2 { 8 } else { 0 },
                 tile_mn: None,
                 pairs: (sk < fa4gen::select::PAIRS_MIN_KEYS).then_some(true), // else the default
+                late_keys: None,
             });
         }
     }
@@ -705,6 +721,7 @@ fn oracle_flagship_causal_pairs() {
                 pad: if j == 4 { 8 } else { 0 },
                 tile_mn: tile,
                 pairs: Some(true),
+                late_keys: None,
             });
         }
     }
@@ -713,6 +730,55 @@ fn oracle_flagship_causal_pairs() {
         let m = c.sq.div_ceil(128);
         m.is_multiple_of(2) && (m < 16 || m.is_multiple_of(16))
     });
+}
+
+/// The stale max (`KernelSpec::wgmma_stale_max`) meets rows whose max jumps late: blocks are
+/// visited last to first, so keys scaled up in the middle of the sequence reach a tile after
+/// its first blocks set the running max, and their P would exceed 2^slack (factor 8) or
+/// overflow fp32 (factor 40: scores around 100 above the rest, 2^140 and more) on the fast
+/// path; those warps must recompute the block. Also such keys at key 0 (the exact update's
+/// block) and in the first visited blocks, Sq != Sk both ways, causal where the stale max
+/// runs (d 192/128) and where it does not, both dtypes; outputs poisoned, runs bit-compared.
+#[test]
+fn oracle_flagship_late_max() {
+    let mut cases = Vec::new();
+    let mut i = 0;
+    for (d, dv) in [(128, 128), (192, 128), (256, 256)] {
+        for causal in [false, true] {
+            for (sq, sk) in [(1000, 2048), (333, 4100), (2048, 1500)] {
+                // (first key, count): mid-sequence, key 0, the last keys (first visited).
+                for (first, n) in [(sk / 2 - 3, 5), (0, 1), (sk - 2, 2)] {
+                    for factor in [8.0, 40.0] {
+                        i += 1;
+                        cases.push(Case {
+                            dtype: DType::ALL[i % 2],
+                            d,
+                            dv,
+                            batch: 1,
+                            sq,
+                            sk,
+                            heads: 2,
+                            heads_kv: 1,
+                            causal,
+                            window: (None, None),
+                            lse: i % 3 != 0,
+                            pack_gqa: Some(false),
+                            pad: 0,
+                            tile_mn: None,
+                            pairs: None,
+                            late_keys: Some((first, n, factor)),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    run_all_on(
+        "oracle_flagship_late_max",
+        &cases,
+        on_hopper.then_some("wgmma"),
+    );
 }
 
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,
@@ -735,6 +801,7 @@ fn oracle_edges() {
         pad: 0,
         tile_mn: None,
         pairs: None,
+        late_keys: None,
     };
     let cases = vec![
         Case {

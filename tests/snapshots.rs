@@ -55,6 +55,11 @@ fn sm90_wgmma_d256_o_from_registers() {
     snap("fwd.sm90.wgmma.bf16.d256x256.m128n80.q1.causal.lse.varlen");
 }
 #[test]
+fn sm90_wgmma_d192_causal_stale_max() {
+    // The stale max and its slow path (`KernelSpec::wgmma_stale_max`), under a causal mask.
+    snap("fwd.sm90.wgmma.bf16.d192x128.m128n128.q1.causal");
+}
+#[test]
 fn sm90_wgmma_packed_gqa_causal_sink() {
     snap("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.packgqa.sink");
 }

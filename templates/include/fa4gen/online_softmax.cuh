@@ -80,6 +80,37 @@ struct OnlineSoftmax {
       }
   }
 
+  // The stale max: s becomes P at the running max as it stands (no row max, no correction),
+  // and sums[mt][h] this thread's share of each row's block sum, for keep_stale to add once
+  // the caller has checked that no P exceeds its bound. A row that has seen no key (max
+  // -inf) gets +inf here: the caller treats such a row like an exceeded bound.
+  FA4_DEVICE void stale_update(float (&s)[MT][NT][4], float scale_log2, float (&sums)[MT][2]) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float base = row_max[mt][h] * scale_log2;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) s[mt][nt][2 * h + e] = fast_exp2(s[mt][nt][2 * h + e] * scale_log2 - base);
+        sums[mt][h] = reduce_row(s[mt], h, [](float a, float b) { return a + b; });
+      }
+  }
+  FA4_DEVICE void keep_stale(const float (&sums)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_sum[mt][h] += sums[mt][h];
+  }
+  // Some row of this thread has seen no key yet.
+  FA4_DEVICE bool any_row_empty() const {
+    bool empty = false;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) empty |= row_max[mt][0] == neg_inf() || row_max[mt][1] == neg_inf();
+    return empty;
+  }
+
   // Complete each row's sum across its quad and fold in the row's sink logit, if any
   // (sink_log2(mt, h) = sink * log2(e); only called when kSink). Afterwards inv_sum() is the
   // factor that normalises O and lse() the natural-log log-sum-exp of the scaled scores (and the

@@ -32,8 +32,10 @@
 #include "fa4gen/dtype.cuh"
 #include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
+#include "fa4gen/ldmatrix.cuh"
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mbarrier.cuh"
+#include "fa4gen/mma_m16n8k16.cuh"
 #include "fa4gen/online_softmax.cuh"
 #include "fa4gen/seqlens.cuh"
 #include "fa4gen/softcap.cuh"
@@ -68,6 +70,10 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 constexpr bool kPairs = false;
 static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kPackGqa),
               "pairs: partners share their K/V blocks only in dense calls, unmasked or causal");
+// The stale max (KernelSpec::wgmma_stale_max): a long tile's inner blocks take their
+// exponentials at the running max as it stands; a warp whose P then exceeds the slack's bound
+// recomputes its block's scores (warp_qk) and takes the exact update.
+constexpr bool kStaleMax = false;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -313,6 +319,37 @@ FA4_DEVICE void pack_p(u32 (&pa)[kTileN / 16][4], const float (&s)[kNT][4]) {
     pa[kk][1] = Elem::pack2(s[2 * kk][2], s[2 * kk][3]);
     pa[kk][2] = Elem::pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pa[kk][3] = Elem::pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// S = Q K^T for one warp's 16 rows alone (rows 16 warp.. of the consumer's Q rows at `q_rows`),
+// with mma.sync from the swizzled tiles the wgmma read: the stale max's slow path, whose
+// block's exponentials overwrote its scores. Its accumulators are laid out as the wgmma's
+// (a warp's m16 slice of m64nN). One k step at a time (not unrolled: the path is rare and
+// its code would crowd the loop's): an ldmatrix of Q's A fragment, then per pair of n8 key
+// groups one of K's (keys as rows, as mma.sync's column-major B wants them) and two MMAs.
+FA4_DEVICE void warp_qk(float (&s)[kNT][4], u32 q_rows, u32 k_tile, int warp, int lane) {
+  static_assert(!kStaleMax || (kNT % 2 == 0 && !kKVRowGroups), "the stale max: pairs of n8 groups, K rows in one group");
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+  // Lane l points at row l % 8 of matrix l / 8. A (m16k16): matrices (rows 0-7 | 8-15) x
+  // (k 0-7 | 8-15), rows first. B, two n8 groups: (keys 0-7 | 8-15) x (k 0-7 | 8-15), k first.
+  const int a_row = warp * 16 + lane % 8 + (lane / 8 % 2) * 8, a_col = lane / 16 * 8;
+  const int b_row = lane % 8 + lane / 16 * 8, b_col = lane / 8 % 2 * 8;
+#pragma unroll 1
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    const int chunk = kk / 4, col = kk % 4 * 16;
+    u32 a[4];
+    ldmatrix_x4(a, q_rows + chunk * kQChunk + sw128_offset(a_row, col + a_col));
+#pragma unroll
+    for (int nt = 0; nt < kNT; nt += 2) {
+      u32 b[4];
+      ldmatrix_x4(b, k_tile + chunk * kKVBlockStride + sw128_offset(nt * 8 + b_row, col + b_col));
+      mma_m16n8k16<Elem>(s[nt], a, b[0], b[1]);
+      mma_m16n8k16<Elem>(s[nt + 1], a, b[2], b[3]);
+    }
   }
 }
 
@@ -817,12 +854,37 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_packgqa_varlen_paged(co
       turn_end();
       wgmma_wait<1>();
       fence_regs(s[0]);
-      release_kv(bar.empty_k(st));
-      block_softmax(w, (w.n_hi - 1 - i) * kTileN, false);  // overlaps P V on the tensor cores
+      const int n0 = (w.n_hi - 1 - i) * kTileN;
+      // The stale max: a lazy tile's blocks past its boundary ones, except key 0's (where
+      // sink-like keys put a row's max: checked, it would go the slow way every tile).
+      const bool stale = kStaleMax && lazy && n0 > 0 &&
+                         (kMask == MaskKind::None || !w.mask(p).block_is_partial(w.q0, w.q1, n0, kTileN));
+      float stale_sums[1][2];
+      if (stale) {
+        softmax.stale_update(s, scale_log2, stale_sums);  // overlaps P V; K stays held for the check
+      } else {
+        release_kv(bar.empty_k(st));
+        block_softmax(w, n0, false);  // overlaps P V on the tensor cores
+      }
       wgmma_wait_after_work<0>(p.heads);
       fence_regs(o);
       release_kv(bar.empty_v(prev));
       pack_p(pa, s[0]);
+      if (stale) {
+        // P within 2^slack of the running max, as the exact update with slack would leave it?
+        // Else this warp recomputes the block's scores, still in K's stage, the exact way.
+        if (__any_sync(0xffffffffu, softmax.any_row_empty() || any_exceeds_pow2<Elem>(pa, kMaxSlack))) {
+          warp_qk(s[0], sQ + qb * kQBytes + cons * 64 * 128,
+                  kFreshStageBase ? ((smem_u32(smem) + 1023u) & ~1023u) + kSmemK + st * kKStage : sK + st * kKStage,
+                  warp, lane);
+          softmax.template update<kMaxSlack>(s, scale_log2, corr);
+          pack_p(pa, s[0]);
+        } else {
+          softmax.keep_stale(stale_sums);
+          corr[0][0] = corr[0][1] = 1.f;
+        }
+        release_kv(bar.empty_k(st));
+      }
     }
     // Every Q K^T of the tile is done: with O staged elsewhere, the next tile's Q may load.
     if constexpr (kSeparateO || kDirectO) warp_arrive(bar.q_empty(qb));
