@@ -76,7 +76,7 @@ static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kP
 // The stale max (KernelSpec::wgmma_stale_max): a long tile's inner blocks take their
 // exponentials at the running max as it stands; a warp whose P then exceeds the slack's bound
 // recomputes its block's scores (warp_qk) and takes the exact update.
-constexpr bool kStaleMax = false;
+constexpr bool kStaleMax = true;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
