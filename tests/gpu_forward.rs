@@ -157,6 +157,18 @@ fn with_row_pad(
     )
 }
 
+/// The case's call, its tensors contiguous (`run_case` then sets the padded strides).
+fn problem(c: &Case) -> Problem {
+    let mut p = Problem::new(c.dtype, c.batch, c.sq, c.sk, c.heads, c.heads_kv, c.d, c.dv);
+    p.causal = c.causal;
+    p.window = c.window;
+    p.return_lse = c.lse;
+    p.pack_gqa = c.pack_gqa;
+    p.tile_mn = c.tile_mn;
+    p.cta_pairs = c.pairs;
+    p
+}
+
 fn run_case(
     stream: &Arc<CudaStream>,
     fa: &FlashAttention,
@@ -174,13 +186,7 @@ fn run_case(
         }
     }
     let v = randn(rng, c.dtype, b * sk * hkv * c.dv);
-    let mut p = Problem::new(c.dtype, b, sq, sk, h, hkv, c.d, c.dv);
-    p.causal = c.causal;
-    p.window = c.window;
-    p.return_lse = c.lse;
-    p.pack_gqa = c.pack_gqa;
-    p.tile_mn = c.tile_mn;
-    p.cta_pairs = c.pairs;
+    let mut p = problem(c);
     let (qp, qs) = with_row_pad(&q, b, sq, h, c.d, c.pad);
     let (kp, ks) = with_row_pad(&k, b, sk, hkv, c.d, c.pad);
     let (vp, vs) = with_row_pad(&v, b, sk, hkv, c.dv, c.pad);
@@ -735,37 +741,52 @@ fn oracle_flagship_causal_pairs() {
 /// The stale max (`KernelSpec::wgmma_stale_max`) meets rows whose max jumps late: blocks are
 /// visited last to first, so keys scaled up in the middle of the sequence reach a tile after
 /// its first blocks set the running max, and their P would exceed 2^slack (factor 8) or
-/// overflow fp32 (factor 40: scores around 100 above the rest, 2^140 and more) on the fast
-/// path; those warps must recompute the block. Also such keys at key 0 (the exact update's
-/// block) and in the first visited blocks, Sq != Sk both ways, causal where the stale max
-/// runs (d 192/128) and where it does not, both dtypes; outputs poisoned, runs bit-compared.
-#[test]
-fn oracle_flagship_late_max() {
+/// overflow (factor 40: scores around 100 above the rest, 2^140 and more) on the fast path;
+/// those warps must recompute the block. Also such keys at key 0 (the exact update's block)
+/// and among the first visited keys; Sq != Sk both ways; unmasked and causal (the stale max
+/// runs causal below d 256; d 256 causal is the exact kernel's control); both dtypes with both
+/// factors. The shapes put the slow path in CTA pairs (its K stage held while the partner's
+/// producer waits for the release), in CTAs that run several tiles (Q buffer and ring
+/// positions past the first tile's) and in both at once. `late_max_cases_run_the_stale_max`
+/// checks on the CPU that selection picks what this relies on.
+fn late_max_cases() -> Vec<Case> {
+    // (sq, sk, heads, heads_kv, pairs): 8 Q blocks in a pair; 3 (an odd count: alone) at
+    // 4k keys; 16 Q blocks x 10 heads = 160 tiles, more than the H200's 132 CTAs, alone or
+    // in pairs.
+    let shapes = [
+        (1000, 2048, 2, 1, Some(true)),
+        (333, 4100, 2, 1, None),
+        (2048, 1500, 10, 5, Some(false)),
+        (2048, 1500, 10, 5, Some(true)),
+    ];
     let mut cases = Vec::new();
     let mut i = 0;
     for (d, dv) in [(128, 128), (192, 128), (256, 256)] {
         for causal in [false, true] {
-            for (sq, sk) in [(1000, 2048), (333, 4100), (2048, 1500)] {
+            for (s, &(sq, sk, heads, heads_kv, pairs)) in shapes.iter().enumerate() {
                 // (first key, count): mid-sequence, key 0, the last keys (first visited).
                 for (first, n) in [(sk / 2 - 3, 5), (0, 1), (sk - 2, 2)] {
+                    if s >= 2 && first == 0 {
+                        continue; // (the many-tile shapes: the slow path's positions only)
+                    }
                     for factor in [8.0, 40.0] {
                         i += 1;
                         cases.push(Case {
-                            dtype: DType::ALL[i % 2],
+                            dtype: DType::ALL[(i / 2) % 2],
                             d,
                             dv,
                             batch: 1,
                             sq,
                             sk,
-                            heads: 2,
-                            heads_kv: 1,
+                            heads,
+                            heads_kv,
                             causal,
                             window: (None, None),
                             lse: i % 3 != 0,
                             pack_gqa: Some(false),
                             pad: 0,
                             tile_mn: None,
-                            pairs: None,
+                            pairs,
                             late_keys: Some((first, n, factor)),
                         });
                     }
@@ -773,12 +794,59 @@ fn oracle_flagship_late_max() {
             }
         }
     }
+    cases
+}
+
+#[test]
+fn oracle_flagship_late_max() {
+    let cases = late_max_cases();
     let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
-    run_all_on(
+    let paired = run_all_with(
         "oracle_flagship_late_max",
         &cases,
         on_hopper.then_some("wgmma"),
+        setup,
     );
+    if on_hopper {
+        let want = cases.iter().filter(|c| c.pairs == Some(true)).count();
+        assert_eq!(paired, want, "cases launched in CTA pairs");
+    }
+}
+
+/// On the CPU (no GPU needed): the late-max cases select the stale-max kernels (all but d 256
+/// causal), in CTA pairs exactly where they ask for them, on the H200.
+#[test]
+fn late_max_cases_run_the_stale_max() {
+    use fa4gen::select::{DeviceInfo, select};
+    let h200 = DeviceInfo {
+        major: 9,
+        minor: 0,
+        sm_count: 132,
+    };
+    let cases = late_max_cases();
+    for dtype in DType::ALL {
+        for factor in [8.0, 40.0] {
+            assert!(
+                cases
+                    .iter()
+                    .any(|c| c.dtype == dtype && c.late_keys.is_some_and(|k| k.2 == factor)),
+                "{dtype:?} x factor {factor}"
+            );
+        }
+    }
+    for c in &cases {
+        let p = problem(c);
+        let v = p.validate().expect("a valid call");
+        let sel = select(&p, &v, &h200).expect("a kernel");
+        assert_eq!(
+            sel.spec.wgmma_stale_max(),
+            !(c.causal && c.d == 256),
+            "{}: {}",
+            c.name(),
+            sel.spec.stem()
+        );
+        assert_eq!(sel.pairs, c.pairs == Some(true), "{}", c.name());
+    }
 }
 
 /// Shapes the matrix does not reach: strided (padded-row) tensors, local windows with causal,

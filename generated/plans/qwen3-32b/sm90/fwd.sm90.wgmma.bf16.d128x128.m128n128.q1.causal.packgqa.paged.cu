@@ -75,6 +75,7 @@ static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kP
 // exponentials at the running max as it stands; a warp whose P then exceeds the slack's bound
 // recomputes its block's scores (warp_qk) and takes the exact update.
 constexpr bool kStaleMax = false;
+static_assert(!(kStaleMax && kSoftcap), "the stale exponentials and their recompute read raw scores: no softcap");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
