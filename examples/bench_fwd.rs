@@ -3,9 +3,14 @@
 //! L2. One JSON line per shape on stdout, for scripts/bench_report.py to set beside torch SDPA
 //! measured in the same run.
 //!
-//! usage: bench_fwd <kernels root> [d,s,causal[,tile_m,tile_n] ...]   (default: the issue-2 set)
+//! usage: bench_fwd <kernels root> [d,s,causal[,tile_m,tile_n][,option ...] ...]   (default: the issue-2 set)
+//!        options (serving calls at the same shape and memory): gN (GQA: H / N KV heads, packed
+//!        as selection decides, or as pack / nopack say), varlen (the batch as packed rows with
+//!        cu_seqlens, equal lengths; with pages, seqused_k), pageN (K/V as pages of N keys, in
+//!        order), sink (a per-head sink logit)
 //!        bench_fwd <kernels root> --once d,s,causal  (one launch, for compute-sanitizer)
 //!        bench_fwd <kernels root> --one d,s,causal   (one launch at the benchmark shape, for ncu)
+//!        bench_fwd --stems d,s,causal ...   (the kernels the shapes select on the H200; no GPU)
 //! FA4GEN_JIT=1 (built with the `jit` feature): kernels the library lacks compile at first use.
 //! FA4GEN_BENCH_WARM_S / FA4GEN_BENCH_WINDOW_S: the sustained protocol (below).
 //! FA4GEN_BENCH_DATA=uniform: inputs uniform in [-2, 2) (the default is standard normal, as the peers').
@@ -17,32 +22,147 @@ use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use std::time::Instant;
 
-type Shape = (usize, usize, usize, bool, Option<(u32, u32)>);
+#[derive(Clone, Default)]
+struct Shape {
+    d: usize,
+    dv: usize,
+    s: usize,
+    causal: bool,
+    tile: Option<(u32, u32)>,
+    /// Query heads per KV head.
+    group: usize,
+    varlen: bool,
+    page: Option<usize>,
+    sink: bool,
+    /// GQA packing forced on or off (else selection decides).
+    pack: Option<bool>,
+    /// The options as given (`g8,varlen`), empty for a dense call.
+    tag: String,
+}
 
-/// `d,s,causal[,tile_m,tile_n]`
-fn shapes(args: &[String]) -> Vec<Shape> {
-    let parse = |s: &str| -> Option<Shape> {
-        let v: Vec<&str> = s.split(',').collect();
-        let d: usize = v.first()?.parse().ok()?;
-        let dv = if d == 192 { 128 } else { d };
-        let tile = match (v.get(3), v.get(4)) {
-            (Some(m), Some(n)) => Some((m.parse().ok()?, n.parse().ok()?)),
-            _ => None,
-        };
-        Some((d, dv, v.get(1)?.parse().ok()?, v.get(2)? == &"1", tile))
+/// `d,s,causal[,tile_m,tile_n][,gN][,varlen][,pageN][,sink]`
+fn parse_shape(arg: &str) -> Option<Shape> {
+    let v: Vec<&str> = arg.split(',').collect();
+    let d: usize = v.first()?.parse().ok()?;
+    let mut shape = Shape {
+        d,
+        dv: if d == 192 { 128 } else { d },
+        s: v.get(1)?.parse().ok()?,
+        causal: v.get(2)? == &"1",
+        group: 1,
+        ..Shape::default()
     };
+    let mut rest = &v[3.min(v.len())..];
+    if let [m, n, more @ ..] = rest
+        && let (Ok(m), Ok(n)) = (m.parse(), n.parse())
+    {
+        shape.tile = Some((m, n));
+        rest = more;
+    }
+    for opt in rest {
+        match *opt {
+            "varlen" => shape.varlen = true,
+            "pack" => shape.pack = Some(true),
+            "nopack" => shape.pack = Some(false),
+            "sink" => shape.sink = true,
+            o if o.starts_with('g') => shape.group = o[1..].parse().ok().filter(|&g| g > 0)?,
+            o if o.starts_with("page") => {
+                shape.page = Some(o[4..].parse().ok().filter(|&p| p > 0)?)
+            }
+            _ => return None,
+        }
+    }
+    shape.tag = rest.join(",");
+    Some(shape)
+}
+
+fn shapes(args: &[String]) -> Result<Vec<Shape>, String> {
     if !args.is_empty() {
-        return args.iter().filter_map(|a| parse(a)).collect();
+        return args
+            .iter()
+            .map(|a| parse_shape(a).ok_or_else(|| format!("bad shape {a:?}")))
+            .collect();
     }
     let mut out = Vec::new();
     for d in [64, 128, 256, 192] {
         for s in [512, 1024, 4096, 16384] {
             for causal in [false, true] {
-                out.push((d, if d == 192 { 128 } else { d }, s, causal, None));
+                out.extend(parse_shape(&format!("{d},{s},{}", causal as u8)));
             }
         }
     }
-    out
+    Ok(out)
+}
+
+/// The call a shape stands for (B·S = 16k tokens, H·d = 2048, H 16 for 192/128, as the
+/// anchors; `small`: B 1, H 2, for compute-sanitizer), and the host int32 arrays its serving
+/// options pass (cu_seqlens, then the page table).
+fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>), String> {
+    let &Shape {
+        d,
+        dv,
+        s,
+        causal,
+        tile,
+        ..
+    } = shape;
+    let b = if small { 1 } else { (16384 / s).max(1) };
+    let h = if small {
+        2
+    } else if d == 192 {
+        16
+    } else {
+        2048 / d
+    };
+    if !h.is_multiple_of(shape.group) || shape.page.is_some_and(|pg| !s.is_multiple_of(pg)) {
+        return Err(format!(
+            "{}: H {h} / group, S {s} / page must divide",
+            shape.tag
+        ));
+    }
+    let hkv = h / shape.group;
+    let mut p = Problem::new(DType::Bf16, b, s, s, h, hkv, d, dv);
+    p.causal = causal;
+    p.tile_mn = tile;
+    // The serving options keep the dense call's memory: packed rows of equal sequences are
+    // the batch's rows; pages in order are its K/V rows.
+    let mut seq_i32 = Vec::new(); // host arrays: cu_seqlens, page table
+    p.pack_gqa = shape.pack;
+    if shape.varlen {
+        // Packed rows; with pages, packed queries and each sequence's key count (seqused_k:
+        // FA4 takes no cu_seqlens_k with a page table).
+        let paged = shape.page.is_some();
+        p.varlen = Some(runtime::Varlen {
+            total_q: Some(b * s),
+            total_k: (!paged).then_some(b * s),
+            seqused_k: paged,
+            ..Default::default()
+        });
+        p.q_strides = runtime::Strides::contiguous(b * s, h, d);
+        p.o_strides = runtime::Strides::contiguous(b * s, h, dv);
+        if !paged {
+            p.k_strides = runtime::Strides::contiguous(b * s, hkv, d);
+            p.v_strides = runtime::Strides::contiguous(b * s, hkv, dv);
+        }
+        seq_i32.push((0..=b).map(|i| (i * s) as i32).collect::<Vec<i32>>());
+        if paged {
+            seq_i32.push(vec![s as i32; b]);
+        }
+    }
+    if let Some(page) = shape.page {
+        let pps = s / page;
+        p.paged = Some(runtime::Paged {
+            page_size: page,
+            num_pages: b * pps,
+            pages_per_seq: pps,
+            page_table_stride: pps,
+        });
+        p.k_strides = runtime::Strides::contiguous(page, hkv, d);
+        p.v_strides = runtime::Strides::contiguous(page, hkv, dv);
+        seq_i32.push((0..(b * pps) as i32).collect());
+    }
+    p.sinks = shape.sink;
+    Ok((p, seq_i32))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,6 +171,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = args
         .first()
         .ok_or("usage: bench_fwd <kernels root> [d,s,causal ...]")?;
+    // --stems: the kernels these shapes select on the H200, no GPU needed (what a variant
+    // root for scripts/ab.sh must hold).
+    if args.first().is_some_and(|a| a == "--stems") {
+        let h200 = fa4gen::select::DeviceInfo {
+            major: 9,
+            minor: 0,
+            sm_count: 132,
+        };
+        for shape in shapes(&args[1..])? {
+            let (p, _) = problem_of(&shape, false)?;
+            let v = p.validate()?;
+            println!("{}", fa4gen::select::select(&p, &v, &h200)?.spec.stem());
+        }
+        return Ok(());
+    }
     // --once: one small launch (B 1, H 2); --one: one launch at the benchmark's shape.
     let small = args.get(1).is_some_and(|a| a == "--once");
     let once = small || args.get(1).is_some_and(|a| a == "--one");
@@ -71,20 +206,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
         as usize;
 
-    for (i, (d, dv, s, causal, tile)) in shapes(rest).into_iter().enumerate() {
-        // B·S = 16k tokens, H·d = 2048 (H 16 for 192/128, as the anchors); --once: B 1, H 2,
-        // small enough for compute-sanitizer.
-        let b = if small { 1 } else { (16384 / s).max(1) };
-        let h = if small {
-            2
-        } else if d == 192 {
-            16
-        } else {
-            2048 / d
+    for (i, shape) in shapes(rest)?.into_iter().enumerate() {
+        let Shape {
+            d,
+            dv,
+            s,
+            causal,
+            tile,
+            ..
+        } = shape.clone();
+        let (mut p, seq_i32) = problem_of(&shape, small)?;
+        let (b, h, hkv) = (p.batch, p.heads, p.heads_kv);
+        let seq_bufs = seq_i32
+            .iter()
+            .map(|x| stream.clone_htod(x))
+            .collect::<Result<Vec<_>, _>>()?;
+        let sink_buf = stream.clone_htod(&vec![1.5f32; h])?;
+        let extra = runtime::SeqBuffers {
+            cu_seqlens_q: shape.varlen.then(|| &seq_bufs[0]),
+            cu_seqlens_k: (shape.varlen && shape.page.is_none()).then(|| &seq_bufs[0]),
+            seqused_k: (shape.varlen && shape.page.is_some()).then(|| &seq_bufs[1]),
+            page_table: shape.page.map(|_| &seq_bufs[seq_bufs.len() - 1]),
+            sinks: shape.sink.then_some(&sink_buf),
+            ..Default::default()
         };
-        let mut p = Problem::new(DType::Bf16, b, s, s, h, h, d, dv);
-        p.causal = causal;
-        p.tile_mn = tile;
         // FA4GEN_CTA_PAIRS=0/1 forces Problem::cta_pairs off/on (A/B of the pairs rule).
         p.cta_pairs = std::env::var("FA4GEN_CTA_PAIRS").ok().map(|v| v == "1");
         let why = match fa.plan(&p) {
@@ -100,8 +245,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
             continue;
         }
-        let (q_len, k_len, v_len, o_len) =
-            (b * s * h * d, b * s * h * d, b * s * h * dv, b * s * h * dv);
+        let (q_len, k_len, v_len, o_len) = (
+            b * s * h * d,
+            b * s * hkv * d,
+            b * s * hkv * dv,
+            b * s * h * dv,
+        );
         let set_bytes = 2 * (q_len + k_len + v_len + o_len);
         let copies = if once {
             1
@@ -152,7 +301,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t_first = Instant::now();
         {
             let (q, k, v, o) = &mut sets[0];
-            fa.forward(&stream, &p, q, k, v, o, None)?;
+            fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
             stream.synchronize()?;
         }
         let first_ms = t_first.elapsed().as_secs_f64() * 1e3;
@@ -176,7 +325,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut n = 0usize;
             while t0.elapsed().as_secs_f64() < warm_s || n < 10 {
                 let (q, k, v, o) = &mut sets[n % copies];
-                fa.forward(&stream, &p, q, k, v, o, None)?;
+                fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
                 n += 1;
                 if n.is_multiple_of(16) {
                     stream.synchronize()?;
@@ -191,7 +340,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let (q, k, v, o) = &mut sets[it % copies];
                 let (a, b) = (ctx.new_event(timing)?, ctx.new_event(timing)?);
                 a.record(&stream)?;
-                fa.forward(&stream, &p, q, k, v, o, None)?;
+                fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
                 b.record(&stream)?;
                 events.push((a, b));
             }
@@ -202,14 +351,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         } else {
             for it in 0..10 {
                 let (q, k, v, o) = &mut sets[it % copies];
-                fa.forward(&stream, &p, q, k, v, o, None)?;
+                fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
             }
             let start = ctx.new_event(timing)?;
             let end = ctx.new_event(timing)?;
             for it in 0..60 {
                 let (q, k, v, o) = &mut sets[it % copies];
                 start.record(&stream)?;
-                fa.forward(&stream, &p, q, k, v, o, None)?;
+                fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
                 end.record(&stream)?;
                 end.synchronize()?;
                 times.push(start.elapsed_ms(&end)? as f64);
@@ -221,8 +370,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let flops = 2.0 * (b * h) as f64 * (s * s) as f64 * (d + dv) as f64
             / if causal { 2.0 } else { 1.0 };
         let (_, sel) = fa.plan(&p)?;
+        let tag = &shape.tag;
         println!(
-            "{{\"impl\":\"fa4gen\",\"d\":{d},\"dv\":{dv},\"s\":{s},\"b\":{b},\"h\":{h},\"causal\":{causal},\"ms\":{ms:.4},\"tflops\":{:.1},\"spread\":{:.3},\"first_call_ms\":{first_ms:.2},\"warm_s\":{warm_s},\"kernel\":\"{}\"}}",
+            "{{\"impl\":\"fa4gen\",\"d\":{d},\"dv\":{dv},\"s\":{s},\"b\":{b},\"h\":{h},\"hkv\":{hkv},\"causal\":{causal},\"tag\":\"{tag}\",\"ms\":{ms:.4},\"tflops\":{:.1},\"spread\":{:.3},\"first_call_ms\":{first_ms:.2},\"warm_s\":{warm_s},\"kernel\":\"{}\"}}",
             flops / ms / 1e9,
             times[iters * 9 / 10] / times[iters / 10],
             sel.spec.stem()

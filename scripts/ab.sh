@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A/B of template experiments in one GPU run: each variant is a set of environment knobs read
 # at render time; kernels compile at first use (FA4GEN_JIT=1), so one staged build serves all.
-#   VARIANTS="A: B:FA4GEN_EXP_X=1" SHAPES="256,512,1 ..." ROUNDS=2 scripts/ab.sh
+#   VARIANTS="A: B:FA4GEN_EXP_X=1" SHAPES="256,512,1 128,4096,1,g8,varlen ..." ROUNDS=2 scripts/ab.sh
+# (bench_fwd's shapes, serving options included; SDPA times the dense shape beside them)
 # A variant without knobs runs the staged cubins (NVRTC 13.5), one with knobs compiles with the
 # GPU host's NVRTC, whose code ran an identical d 128 kernel 2% slower: give every variant a knob,
 # or build B's kernels ahead as a plan staged in a folder of its own and name it, ROOT=.stage/b
@@ -49,7 +50,7 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.jsonl"))):
         if not l.startswith("{"): continue
         r = json.loads(l)
         if "tflops" not in r: continue
-        key = (r.get("d"), r.get("s"), r.get("causal"))
+        key = (r.get("d"), r.get("s"), r.get("causal")) + ((r["tag"],) if r.get("tag") else ())
         col = r.get("impl")
         if col == "fa4gen":  # the variant, and the tile where shapes force several
             tile = next((f for f in r.get("kernel", "").split(".") if f.startswith("m") and "n" in f), "")

@@ -539,19 +539,18 @@ impl KernelSpec {
     /// +3.6%, 16k +4.1%, 1k -0.6%; d 128 causal 4k +2.1%, 16k +3.8%, 1k -1.0%; d 256 full
     /// +0.3-1.0%, but d 256 causal 4k +0.8%, 16k -0.3%, 1k -1.4% (its 128x80 tile saves the
     /// fewest exponentials per block), so not there; d 64 0 to -7% in session 14 (not
-    /// issue-bound; its causal kernel spilled). Dense prefill only: no sink, softcap, varlen,
-    /// paged K/V, packed GQA or chained tiles (none measured).
+    /// issue-bound; its causal kernel spilled). The serving features that leave a main-loop
+    /// block's scores alone keep it: packed GQA (its Q buffer is the plain one's row layout),
+    /// varlen (only a tile's first visited block holds a sequence's end), paged K/V (row
+    /// groups: `warp_qk` addresses them) and sinks (they join at `finalize`). Not softcap
+    /// (the recompute would have to cap too) and not chained tiles.
     pub fn wgmma_stale_max(&self) -> bool {
         self.imp == Impl::Wgmma
             && self.d.min(self.dv) >= 128
             && self.wgmma_max_slack() > 0
             && (self.mask == Mask::None || (self.mask == Mask::Causal && self.d.max(self.dv) < 256))
             && !self.wgmma_chain_tiles()
-            && !self.pack_gqa
-            && !self.feat.varlen
-            && !self.feat.paged
             && !self.feat.split
-            && !self.feat.sink
             && !self.feat.softcap
     }
 
@@ -852,8 +851,7 @@ mod tests {
     }
 
     /// The stale max where it measured a gain: head dims of 128 and more, unmasked, or causal
-    /// below d 256; not d 64, not causal d 256, no window, no serving feature, no chained
-    /// tiles.
+    /// below d 256; not d 64, not causal d 256, no window, no softcap, no chained tiles.
     #[test]
     fn stale_max_where_measured_to_gain() {
         for (stem, stale) in [
@@ -866,9 +864,21 @@ mod tests {
             ("fwd.sm90.wgmma.bf16.d128x128.m128n160.q1.causal.lse", true),
             ("fwd.sm90.wgmma.bf16.d64x64.m192n128.q1", false),
             ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.local", false),
-            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.sink", false),
-            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.varlen", false),
-            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.packgqa", false),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.sink", true),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.varlen", true),
+            (
+                "fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.packgqa",
+                true,
+            ),
+            (
+                "fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.lse.packgqa.varlen.paged.sink",
+                true,
+            ),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.softcap", false),
+            (
+                "fwd.sm90.wgmma.bf16.d256x256.m128n80.q1.causal.packgqa",
+                false,
+            ),
             ("fwd.sm90.wgmma.bf16.d128x128.m128n64.q1.causal", false),
             ("fwd.sm90.portable.bf16.d128x128.m128n64.q1", false),
         ] {

@@ -97,6 +97,9 @@ struct Case {
     softcap: f32,
     sinks: bool,
     num_splits: i32,
+    /// Keys scaled by this factor in every sequence (`scale_late_keys`): rows whose max
+    /// jumps after a tile's first blocks, for the stale max's check and recompute.
+    late: Option<f32>,
 }
 
 impl Case {
@@ -116,6 +119,7 @@ impl Case {
             softcap: 0.0,
             sinks: false,
             num_splits: 1,
+            late: None,
         }
     }
 
@@ -162,7 +166,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -175,9 +179,27 @@ impl Case {
             self.pack_gqa,
             self.softcap,
             self.sinks,
-            self.num_splits
+            self.num_splits,
+            self.late
         )
     }
+}
+
+/// Each sequence's keys sk / 2 - 3 .. sk / 2 + 2 (mid-sequence: blocks are visited last to
+/// first, so a tile meets them after its first blocks set the running max) and its last two
+/// (the first visited), scaled by `factor` in every KV head: 8 puts P past the stale max's
+/// 2^8 bound, 40 overflows its exponentials.
+fn scale_late_keys(c: &Case, mut data: Vec<SeqData>, factor: f32) -> Vec<SeqData> {
+    let row = c.heads_kv * c.d;
+    for (sd, &(_, sk)) in data.iter_mut().zip(&c.seqs) {
+        let mid = sk / 2;
+        for key in (mid.saturating_sub(3)..(mid + 2).min(sk)).chain(sk.saturating_sub(2)..sk) {
+            for x in &mut sd.k[key * row..][..row] {
+                *x = reference::round_to(c.dtype, *x * factor);
+            }
+        }
+    }
+    data
 }
 
 /// The device-side problem and buffers of a case, plus where each sequence's rows live.
@@ -373,6 +395,10 @@ fn run_case(
             v: randn(rng, c.dtype, sk * hkv * c.dv),
         })
         .collect();
+    let data = match c.late {
+        Some(factor) => scale_late_keys(c, data, factor),
+        None => data,
+    };
     let bt = build(c, &data, rng);
     let (dq, dk, dv) = (
         up16(stream, c.dtype, &bt.q)?,
@@ -764,6 +790,88 @@ fn flagship_packed_gqa() {
         }
     }
     run_all("flagship_packed_gqa", &cases);
+}
+
+/// The stale max (`KernelSpec::wgmma_stale_max`) under the serving features that keep it:
+/// packed GQA (groups of 4 and 8) and unpacked, ragged batches (packed q and k, with empty
+/// and one-row sequences), pages of 16 keys (8-row groups in the K stage, which the recompute
+/// addresses) and of 128, sinks; keys scaled 8x and 40x mid-sequence and at each sequence's
+/// end (`scale_late_keys`), so warps take the recompute; unmasked and causal, d 128 and
+/// d 192/128, both dtypes with both factors. Sequences of 1000+ keys give tiles of 8+ blocks
+/// (where the stale max runs). `late_max_features_run_the_stale_max` checks on the CPU that
+/// selection sends every case to a stale-max kernel.
+fn late_max_feature_cases() -> Vec<Case> {
+    let layouts = [
+        (false, KLayout::Batched),
+        (true, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Paged(128)),
+    ];
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (d, dv) in [(128, 128), (192, 128)] {
+        for causal in [false, true] {
+            for (l, &(q_packed, k)) in layouts.iter().enumerate() {
+                for factor in [8.0, 40.0] {
+                    let seqs = if !q_packed && k == KLayout::Batched {
+                        vec![(1100, 1500); 2] // dense: equal lengths
+                    } else {
+                        vec![(1500, 2000), (0, 40), (700, 1300), (1, 1100), (1030, 1030)]
+                    };
+                    let g = [4, 8][(i / 2) % 2];
+                    let mut c = Case::flagship_layout(seqs, i / 2, (d, dv), g, (q_packed, k));
+                    c.causal = causal;
+                    c.pack_gqa = Some(l != 3 || factor == 8.0);
+                    c.sinks = i % 3 == 1;
+                    c.late = Some(factor);
+                    cases.push(c);
+                    i += 1;
+                }
+            }
+        }
+    }
+    cases
+}
+
+#[test]
+fn flagship_late_max_features() {
+    run_all("flagship_late_max_features", &late_max_feature_cases());
+}
+
+/// On the CPU (no GPU needed): every late-max feature case selects a stale-max kernel on the
+/// H200, packed where it asks to be, and the cases cover both dtypes with both factors.
+#[test]
+fn late_max_features_run_the_stale_max() {
+    use fa4gen::select::{DeviceInfo, select};
+    let h200 = DeviceInfo {
+        major: 9,
+        minor: 0,
+        sm_count: 132,
+    };
+    let cases = late_max_feature_cases();
+    for dtype in DType::ALL {
+        for factor in [8.0, 40.0] {
+            assert!(
+                cases
+                    .iter()
+                    .any(|c| c.dtype == dtype && c.late == Some(factor)),
+                "{dtype:?} x factor {factor}"
+            );
+        }
+    }
+    let mut r = StdRng::seed_from_u64(0);
+    for c in &cases {
+        let p = build_problem_only(c, &mut r);
+        let v = p.validate().expect("a valid call");
+        let sel = select(&p, &v, &h200).expect("a kernel");
+        assert!(
+            sel.spec.wgmma_stale_max(),
+            "{}: {}",
+            c.name(),
+            sel.spec.stem()
+        );
+        assert_eq!(sel.spec.pack_gqa, c.pack_gqa == Some(true), "{}", c.name());
+    }
 }
 
 /// #5: ragged batches, pages, windows, sinks, softcap and GQA, alone and together.

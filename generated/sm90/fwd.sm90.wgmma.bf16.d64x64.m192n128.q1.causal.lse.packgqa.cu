@@ -331,8 +331,10 @@ FA4_DEVICE void pack_p(u32 (&pa)[kTileN / 16][4], const float (&s)[kNT][4]) {
 // (a warp's m16 slice of m64nN). One k step at a time (not unrolled: the path is rare and
 // its code would crowd the loop's): an ldmatrix of Q's A fragment, then per pair of n8 key
 // groups one of K's (keys as rows, as mma.sync's column-major B wants them) and two MMAs.
+// K's row r, column block c sits at (r / 8) * kK8RowStride + c * kKVBlockStride plus r % 8's
+// swizzled offset: one formula for a stage in one group of kTileN rows and in 8-row groups.
 FA4_DEVICE void warp_qk(float (&s)[kNT][4], u32 q_rows, u32 k_tile, int warp, int lane) {
-  static_assert(!kStaleMax || (kNT % 2 == 0 && !kKVRowGroups), "the stale max: pairs of n8 groups, K rows in one group");
+  static_assert(!kStaleMax || kNT % 2 == 0, "the stale max: pairs of n8 groups");
 #pragma unroll
   for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -340,7 +342,7 @@ FA4_DEVICE void warp_qk(float (&s)[kNT][4], u32 q_rows, u32 k_tile, int warp, in
   // Lane l points at row l % 8 of matrix l / 8. A (m16k16): matrices (rows 0-7 | 8-15) x
   // (k 0-7 | 8-15), rows first. B, two n8 groups: (keys 0-7 | 8-15) x (k 0-7 | 8-15), k first.
   const int a_row = warp * 16 + lane % 8 + (lane / 8 % 2) * 8, a_col = lane / 16 * 8;
-  const int b_row = lane % 8 + lane / 16 * 8, b_col = lane / 8 % 2 * 8;
+  const int b_group = lane / 16, b_row = lane % 8, b_col = lane / 8 % 2 * 8;  // keys 8 b_group + b_row
 #pragma unroll 1
   for (int kk = 0; kk < kD / 16; ++kk) {
     const int chunk = kk / 4, col = kk % 4 * 16;
@@ -349,7 +351,7 @@ FA4_DEVICE void warp_qk(float (&s)[kNT][4], u32 q_rows, u32 k_tile, int warp, in
 #pragma unroll
     for (int nt = 0; nt < kNT; nt += 2) {
       u32 b[4];
-      ldmatrix_x4(b, k_tile + chunk * kKVBlockStride + sw128_offset(nt * 8 + b_row, col + b_col));
+      ldmatrix_x4(b, k_tile + (nt + b_group) * kK8RowStride + chunk * kKVBlockStride + sw128_offset(b_row, col + b_col));
       mma_m16n8k16<Elem>(s[nt], a, b[0], b[1]);
       mma_m16n8k16<Elem>(s[nt + 1], a, b[2], b[3]);
     }
