@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [profile]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [profile] [balance]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -146,6 +146,27 @@ PY
       ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$rep-sass.csv.gz"
       rm -f "$rep.ncu-rep"
     done
+    ;;
+  balance)
+    # How evenly the persistent CTAs' work spreads over the SMs, per shape ($BALANCE: "d,s,causal"
+    # list): ncu's active cycles per SM, max / mean (1.0: every SM busy until the end; the excess
+    # is the schedule's tail, where some SMs idle while others finish).
+    for args in ${BALANCE:-128,16384,0 128,16384,1 192,16384,1 256,16384,1 256,4096,1 64,16384,1}; do
+      ncu --metrics sm__cycles_active.max,sm__cycles_active.avg,sm__cycles_active.min,sm__cycles_elapsed.max \
+          -k regex:fwd -c 1 --csv .stage/bin/bench_fwd .stage/generated --one "$args" > "$OUT/balance.tmp" 2>&1
+      rc=$?
+      [ $rc = 0 ] || { echo "ncu d,s,causal=$args: rc=$rc"; tail -5 "$OUT/balance.tmp"; status=1; continue; }
+      python3 - "$args" "$OUT/balance.tmp" <<'PY'
+import csv, sys
+vals = {}
+for row in csv.reader(l for l in open(sys.argv[2]) if l.startswith('"')):
+    if len(row) > 2 and row[-3].startswith("sm__cycles"):
+        vals[row[-3]] = float(row[-1].replace(",", ""))
+a, m, n, e = (vals.get(f"sm__cycles_{k}") for k in ("active.avg", "active.max", "active.min", "elapsed.max"))
+print(f"balance d,s,causal={sys.argv[1]}: active cycles per SM max/mean {m / a:.4f}, min/mean {n / a:.4f}, mean/elapsed {a / e:.4f}")
+PY
+    done | tee "$OUT/balance.txt"
+    rm -f "$OUT/balance.tmp"
     ;;
   capi)
     nvcc -o "$OUT/capi_test" tests/capi/capi_test.c -Iinclude -L.stage/lib -lfa4gen -Xlinker -rpath=.stage/lib > "$OUT/capi-build.log" 2>&1 \
