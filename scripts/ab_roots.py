@@ -12,7 +12,12 @@ The runtime loads a kernel only if its manifest's source_sha256 (and headers_sha
 what the running binary renders for it, so every variant's manifest carries the FIRST
 variant's rendering hashes: build the binaries from the first variant's tree and list it
 first; the other variants' cubins then load under its names. Their own cubin hashes stay, so
-the loader still checks each file against what was built."""
+the loader still checks each file against what was built.
+
+The binary also decides how each kernel launches (CTA pairs, grid) by its own rules: where a
+variant's kernels cannot take that launch (the baseline has no pair code and the binary pairs
+the call), force the launch with the binary's knob (ROOT=...,FA4GEN_CTA_PAIRS=0), else that
+variant hangs."""
 import json
 import os
 import shutil

@@ -100,6 +100,8 @@ struct Case {
     /// Keys scaled by this factor in every sequence (`scale_late_keys`): rows whose max
     /// jumps after a tile's first blocks, for the stale max's check and recompute.
     late: Option<f32>,
+    /// `Problem::cta_pairs`: CTA pairs forced on or off (else selection's rule).
+    pairs: Option<bool>,
 }
 
 impl Case {
@@ -120,6 +122,7 @@ impl Case {
             sinks: false,
             num_splits: 1,
             late: None,
+            pairs: None,
         }
     }
 
@@ -166,7 +169,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -180,7 +183,8 @@ impl Case {
             self.softcap,
             self.sinks,
             self.num_splits,
-            self.late
+            self.late,
+            self.pairs
         )
     }
 }
@@ -333,6 +337,7 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
     problem.softcap = c.softcap;
     problem.sinks = c.sinks;
     problem.num_splits = c.num_splits;
+    problem.cta_pairs = c.pairs;
     let sinks = c.sinks.then(|| {
         (0..h)
             .map(|_| 2.0 * rng.sample::<f32, _>(StandardNormal))
@@ -871,6 +876,89 @@ fn late_max_features_run_the_stale_max() {
             sel.spec.stem()
         );
         assert_eq!(sel.spec.pack_gqa, c.pack_gqa == Some(true), "{}", c.name());
+    }
+}
+
+/// Varlen calls in CTA pairs (session 16): a pair is Q blocks 2k and 2k + 1 of one sequence,
+/// and where a sequence has an odd number of Q blocks its last block's partner is a ghost that
+/// loads half of each K/V block and computes nothing. Ragged batches with odd and even block
+/// counts (1, 3, 5 and 8 blocks, an empty sequence, a one-row one, Sq != Sk both ways), packed
+/// q and k and batched with seqused, unmasked and causal, every paired head dim, both dtypes,
+/// GQA, sinks on some; keys scaled late on some (the stale max's recompute in a pair). Outputs
+/// poisoned. `varlen_pairs_select_pairs` checks on the CPU that every case runs paired.
+fn varlen_pair_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (d, dv) in [(128, 128), (192, 128), (256, 256)] {
+        for causal in [false, true] {
+            for (q_packed, k) in [(true, KLayout::Packed), (false, KLayout::Batched)] {
+                let seqs = if i.is_multiple_of(2) {
+                    vec![
+                        (1000, 1200),
+                        (300, 1500),
+                        (129, 129),
+                        (0, 50),
+                        (1, 700),
+                        (640, 600),
+                    ]
+                } else {
+                    vec![(333, 2100), (1024, 1000), (700, 1), (64, 64)]
+                };
+                let mut c = Case::flagship_layout(seqs, i, (d, dv), 1 + i % 3, (q_packed, k));
+                c.causal = causal;
+                c.pack_gqa = Some(false);
+                c.pairs = Some(true);
+                c.sinks = i % 3 == 2;
+                c.late = (i % 4 == 1).then_some(40.0);
+                cases.push(c);
+                i += 1;
+            }
+        }
+    }
+    // After a review (not yet run on the GPU when added): runs of 16 (16 Q blocks), ghosts
+    // of a sequence with Sq >> Sk (600 queries, 1 key) and with no keys (300, 0), and enough
+    // heads that CTAs run several tiles, ghosts among them.
+    for (j, (d, dv)) in [(128, 128), (256, 256)].into_iter().enumerate() {
+        for (q_packed, k) in [(true, KLayout::Packed), (false, KLayout::Batched)] {
+            let seqs = vec![(2048, 2300), (600, 1), (300, 0), (1100, 900), (129, 3000)];
+            let mut c = Case::flagship_layout(seqs, i, (d, dv), 4, (q_packed, k));
+            c.heads_kv = 6; // 24 heads
+            c.heads = 24;
+            c.causal = j == 0 || q_packed;
+            c.pack_gqa = Some(false);
+            c.pairs = Some(true);
+            cases.push(c);
+            i += 1;
+        }
+    }
+    cases
+}
+
+#[test]
+fn flagship_varlen_pairs() {
+    run_all("flagship_varlen_pairs", &varlen_pair_cases());
+}
+
+/// On the CPU: every varlen pair case selects the flagship in CTA pairs on the H200.
+#[test]
+fn varlen_pairs_select_pairs() {
+    use fa4gen::select::{DeviceInfo, select};
+    let h200 = DeviceInfo {
+        major: 9,
+        minor: 0,
+        sm_count: 132,
+    };
+    let mut r = StdRng::seed_from_u64(0);
+    for c in &varlen_pair_cases() {
+        let p = build_problem_only(c, &mut r);
+        let v = p.validate().expect("a valid call");
+        let sel = select(&p, &v, &h200).expect("a kernel");
+        assert!(
+            sel.pairs && sel.spec.feat.varlen,
+            "{}: {}",
+            c.name(),
+            sel.spec.stem()
+        );
     }
 }
 

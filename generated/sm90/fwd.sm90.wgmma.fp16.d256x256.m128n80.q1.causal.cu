@@ -70,8 +70,8 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 // lighter's consumers release its extra blocks unread (Tile::n_skip), which keeps the two
 // rings in step. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
 constexpr bool kPairs = true;
-static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kPackGqa),
-              "pairs: partners share their K/V blocks only in dense calls, unmasked or causal");
+static_assert(!kPairs || (kMask != MaskKind::Local && !kPaged && !kPackGqa),
+              "pairs: partners share their K/V blocks only unmasked or causal, unpaged, unpacked");
 // The stale max (KernelSpec::wgmma_stale_max): a long tile's inner blocks take their
 // exponentials at the running max as it stands; a warp whose P then exceeds the slack's bound
 // recomputes its block's scores (warp_qk) and takes the exact update.
@@ -185,8 +185,12 @@ struct Tile {
   int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
   int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
-  int n_skip;              // in a causal pair: the partner's blocks past n_hi, loaded, not read
+  int n_skip;              // in a pair: the partner's blocks past n_hi (causal; a ghost: all), loaded, not read
+  bool ghost;              // varlen pair: Q block 2k + 1 past its sequence, partner of a real 2k
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
+  // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
+  // ring in step (loads its half of every block, releases them unread, stores nothing).
+  FA4_DEVICE bool runs() const { return valid() || ghost; }
   FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
     return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
   }
@@ -287,12 +291,24 @@ struct Tiles {
     const BottomRightMask<kMask> mask = w.mask(p);
     w.n_hi = mask.block_hi(w.q1, kTileN);
     w.n_blocks = max(w.n_hi - mask.block_lo(w.q0, kTileN), 0);  // visited last to first
-    // A causal pair is Q blocks 2k and 2k + 1 of a run (the host pairs only where runs are
-    // even and whole): both visit from block 0, the pair up to the heavier one's diagonal.
+    // A pair is Q blocks 2k and 2k + 1 of a run (the host pairs only where runs are even and
+    // whole): both visit the same blocks, under a causal mask from block 0 up to the heavier
+    // one's diagonal. Varlen: where a sequence has 2k + 1 blocks, 2k + 1 is a ghost, which
+    // loads its half of 2k's blocks (n_skip of them, from n_hi 0) and computes nothing.
     w.n_skip = 0;
-    if (kMask == MaskKind::Causal && pair == 2) {
+    w.ghost = false;
+    if (pair == 2) {
       const int m1_pair = min((m_block | 1) * kTileM + kTileM, w.rows);
-      w.n_skip = max(mask.block_hi(query_of(m1_pair - 1) + 1, kTileN) - w.n_hi, 0);
+      const int pair_hi = mask.block_hi(query_of(m1_pair - 1) + 1, kTileN);
+      if (kVarlen && !w.valid()) {
+        if ((m_block & 1) && (m_block - 1) * kTileM < w.rows) {
+          w.ghost = true;
+          w.n_hi = w.n_blocks = 0;
+          w.n_skip = pair_hi;
+        }
+      } else if (kMask == MaskKind::Causal) {
+        w.n_skip = max(pair_hi - w.n_hi, 0);
+      }
     }
     return w;
   }
@@ -573,7 +589,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n80_q1_causal(const __grid_constant__ Fw
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);
-        if (kVarlen && !w.valid()) continue;
+        if (kVarlen && !w.runs()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
         // With two buffers that was the tile before last: this tile's Q and K/V load while
@@ -827,8 +843,8 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n80_q1_causal(const __grid_constant__ Fw
     }
   };
 
-  // The tiles, in the producer's order: `j` counts this CTA's tiles with rows (varlen: a
-  // shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
+  // The tiles, in the producer's order: `j` counts this CTA's tiles with rows or a ghost's
+  // part (varlen: a shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
   // blocks consumed so far (the ring position). Chained tiles (kChainTiles): a tile's last
   // P V shares its turn with the next tile's first Q K^T, and that S's softmax runs while the
   // P V does, before this tile's epilogue; a tile of few blocks (a window, the diagonal, a
@@ -844,7 +860,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n80_q1_causal(const __grid_constant__ Fw
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
-      if (!kVarlen || w.valid()) return true;
+      if (!kVarlen || w.runs()) return true;
     }
     return false;
   };

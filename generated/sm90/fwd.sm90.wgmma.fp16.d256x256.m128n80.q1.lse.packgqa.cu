@@ -68,8 +68,8 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 // lighter's consumers release its extra blocks unread (Tile::n_skip), which keeps the two
 // rings in step. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
 constexpr bool kPairs = false;
-static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kPackGqa),
-              "pairs: partners share their K/V blocks only in dense calls, unmasked or causal");
+static_assert(!kPairs || (kMask != MaskKind::Local && !kPaged && !kPackGqa),
+              "pairs: partners share their K/V blocks only unmasked or causal, unpaged, unpacked");
 // The stale max (KernelSpec::wgmma_stale_max): a long tile's inner blocks take their
 // exponentials at the running max as it stands; a warp whose P then exceeds the slack's bound
 // recomputes its block's scores (warp_qk) and takes the exact update.
@@ -184,7 +184,11 @@ struct Tile {
   int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
   static constexpr int n_skip = 0;
+  static constexpr bool ghost = false;
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
+  // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
+  // ring in step (loads its half of every block, releases them unread, stores nothing).
+  FA4_DEVICE bool runs() const { return valid() || ghost; }
   FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
     return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
   }
@@ -548,7 +552,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n80_q1_lse_packgqa(const __grid_constant
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);
-        if (kVarlen && !w.valid()) continue;
+        if (kVarlen && !w.runs()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
         // With two buffers that was the tile before last: this tile's Q and K/V load while
@@ -801,8 +805,8 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n80_q1_lse_packgqa(const __grid_constant
     }
   };
 
-  // The tiles, in the producer's order: `j` counts this CTA's tiles with rows (varlen: a
-  // shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
+  // The tiles, in the producer's order: `j` counts this CTA's tiles with rows or a ghost's
+  // part (varlen: a shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
   // blocks consumed so far (the ring position). Chained tiles (kChainTiles): a tile's last
   // P V shares its turn with the next tile's first Q K^T, and that S's softmax runs while the
   // P V does, before this tile's epilogue; a tile of few blocks (a window, the diagonal, a
@@ -818,7 +822,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n80_q1_lse_packgqa(const __grid_constant
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
-      if (!kVarlen || w.valid()) return true;
+      if (!kVarlen || w.runs()) return true;
     }
     return false;
   };

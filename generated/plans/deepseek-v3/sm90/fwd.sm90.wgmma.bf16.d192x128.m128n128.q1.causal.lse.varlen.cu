@@ -27,7 +27,10 @@
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(rows / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
+// Pairs: launched in clusters of two, CTAs 2c and 2c + 1 take Q blocks 2i and 2i + 1 of one head and
+// each loads half of every K/V block into both (TMA multicast).
 // Heads share a KV head in groups of H / Hkv (unpacked GQA: rows = Sq). O is stored from registers.
+#include "fa4gen/cluster.cuh"
 #include "fa4gen/dtype.cuh"
 #include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
@@ -66,9 +69,9 @@ constexpr bool kZeroVTail = kVarlen || kPaged;
 // diagonal, a block or two past the lighter's: the pair loads the heavier's range and the
 // lighter's consumers release its extra blocks unread (Tile::n_skip), which keeps the two
 // rings in step. Launched without clusters (an odd number of Q blocks) the kernel runs alone.
-constexpr bool kPairs = false;
-static_assert(!kPairs || (kMask != MaskKind::Local && !kVarlen && !kPaged && !kPackGqa),
-              "pairs: partners share their K/V blocks only in dense calls, unmasked or causal");
+constexpr bool kPairs = true;
+static_assert(!kPairs || (kMask != MaskKind::Local && !kPaged && !kPackGqa),
+              "pairs: partners share their K/V blocks only unmasked or causal, unpaged, unpacked");
 // The stale max (KernelSpec::wgmma_stale_max): a long tile's inner blocks take their
 // exponentials at the running max as it stands; a warp whose P then exceeds the slack's bound
 // recomputes its block's scores (warp_qk) and takes the exact update.
@@ -182,8 +185,12 @@ struct Tile {
   int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
   int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
-  static constexpr int n_skip = 0;
+  int n_skip;              // in a pair: the partner's blocks past n_hi (causal; a ghost: all), loaded, not read
+  bool ghost;              // varlen pair: Q block 2k + 1 past its sequence, partner of a real 2k
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
+  // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
+  // ring in step (loads its half of every block, releases them unread, stores nothing).
+  FA4_DEVICE bool runs() const { return valid() || ghost; }
   FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
     return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
   }
@@ -208,6 +215,7 @@ struct Tiles {
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
+  int pair;                           // CTAs in this CTA's cluster: 2 (launched in pairs) or 1
   static constexpr int kRun = 16;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
@@ -222,6 +230,7 @@ struct Tiles {
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
+        pair((int)cluster_size()),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
@@ -234,6 +243,10 @@ struct Tiles {
   // clusters and a cluster takes tiles 2i and 2i + 1, one per rank (the host launches pairs
   // only where m_blocks is even: the two are Q blocks of one head, and count is even).
   FA4_DEVICE int nth(int j) const {
+    if (pair == 2) {
+      const int n = (int)gridDim.x / 2, c = (int)blockIdx.x / 2;
+      return 2 * (j * n + ((j & 1) ? n - 1 - c : c)) + (int)(blockIdx.x & 1);
+    }
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
     return j * (int)gridDim.x + b;
   }
@@ -278,6 +291,25 @@ struct Tiles {
     const BottomRightMask<kMask> mask = w.mask(p);
     w.n_hi = mask.block_hi(w.q1, kTileN);
     w.n_blocks = max(w.n_hi - mask.block_lo(w.q0, kTileN), 0);  // visited last to first
+    // A pair is Q blocks 2k and 2k + 1 of a run (the host pairs only where runs are even and
+    // whole): both visit the same blocks, under a causal mask from block 0 up to the heavier
+    // one's diagonal. Varlen: where a sequence has 2k + 1 blocks, 2k + 1 is a ghost, which
+    // loads its half of 2k's blocks (n_skip of them, from n_hi 0) and computes nothing.
+    w.n_skip = 0;
+    w.ghost = false;
+    if (pair == 2) {
+      const int m1_pair = min((m_block | 1) * kTileM + kTileM, w.rows);
+      const int pair_hi = mask.block_hi(query_of(m1_pair - 1) + 1, kTileN);
+      if (kVarlen && !w.valid()) {
+        if ((m_block & 1) && (m_block - 1) * kTileM < w.rows) {
+          w.ghost = true;
+          w.n_hi = w.n_blocks = 0;
+          w.n_skip = pair_hi;
+        }
+      } else if (kMask == MaskKind::Causal) {
+        w.n_skip = max(pair_hi - w.n_hi, 0);
+      }
+    }
     return w;
   }
 };
@@ -434,7 +466,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
   const Barriers bar{base + kSmemBar};
   const int tid = threadIdx.x, wg = tid / 128;
   // In a pair (kPairs): the partner CTA's consumers release this CTA's K/V stages too.
-  const u32 kv_releasers = 4 * kConsumers;
+  const u32 kv_releasers = cluster_size() * 4 * kConsumers;
 
   if (tid == 0) {
 #pragma unroll
@@ -451,7 +483,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
     }
     mbar_fence_init();
   }
-  __syncthreads();
+  // The partner's loads and arrivals reach these barriers: both CTAs' must be initialised.
+  cluster_sync();
 
   if (wg == 0) {
     // ================= producer =================
@@ -525,6 +558,15 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
           }
         } else {
           mbar_arrive_expect_tx(full, (u32)(kKVChunk * chunks));
+          if (tiles.pair == 2) {
+            // This rank's half of the rows (a multiple of 8: whole swizzle atoms), into both
+            // CTAs; the partner's half completes this CTA's barrier as well.
+            const int half = (int)(blockIdx.x & 1) * (kTileN / 2);
+#pragma unroll
+            for (int c = 0; c < chunks; ++c)
+              tma_load_4d_multicast(dst + c * kKVChunk + half * 128, map, full, 64 * c, w.k_row + n0 + half, w.head_kv, w.k_batch, 0x3);
+            return;
+          }
 #pragma unroll
           for (int c = 0; c < chunks; ++c)
             tma_load_4d(dst + c * kKVChunk, map, full, 64 * c, w.k_row + n0, w.head_kv, w.k_batch);
@@ -547,7 +589,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
       for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
         const Tile w = tiles.at(tile, p);
-        if (kVarlen && !w.valid()) continue;
+        if (kVarlen && !w.runs()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
         // With two buffers that was the tile before last: this tile's Q and K/V load while
@@ -601,6 +643,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
   // producer multicasts into this CTA's copy too).
   auto release_kv = [&](u32 b) {
     warp_arrive(b);
+    if (lane == 1 && tiles.pair == 2) mbar_arrive_cluster(b, (blockIdx.x & 1) ^ 1);
   };
   // Ping-pong: the consumers take turns issuing their GEMMs (named barrier kSchedBar + c,
   // 256 threads: this consumer's 128 waiting plus the previous one's 128 arriving), so one
@@ -800,8 +843,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
     }
   };
 
-  // The tiles, in the producer's order: `j` counts this CTA's tiles with rows (varlen: a
-  // shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
+  // The tiles, in the producer's order: `j` counts this CTA's tiles with rows or a ghost's
+  // part (varlen: a shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
   // blocks consumed so far (the ring position). Chained tiles (kChainTiles): a tile's last
   // P V shares its turn with the next tile's first Q K^T, and that S's softmax runs while the
   // P V does, before this tile's epilogue; a tile of few blocks (a window, the diagonal, a
@@ -817,7 +860,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
   auto next_tile = [&](int& r, Tile& w) -> bool {
     for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
       w = tiles.at(tile, p);
-      if (!kVarlen || w.valid()) return true;
+      if (!kVarlen || w.runs()) return true;
     }
     return false;
   };
@@ -828,6 +871,14 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
   bool head_done = false;  // the tile's first block went through its softmax in the tile before's tail
   while (have) {
     const int qb = j % kQBufs;
+    // The partner's extra blocks (a causal pair): landed, then released unread, so both
+    // CTAs' rings stay in step. Both consumers skip alike, outside their GEMM turns.
+    for (int i = 0; i < w.n_skip; ++i, ++it) {
+      mbar_wait(bar.full_k(it % kStages), (it / kStages) & 1);
+      release_kv(bar.empty_k(it % kStages));
+      mbar_wait(bar.full_v(it % kStages), (it / kStages) & 1);
+      release_kv(bar.empty_v(it % kStages));
+    }
     lazy = w.n_blocks >= kLazyBlocks;
     if (!head_done) {
       zero_o();
@@ -935,6 +986,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d192x128_m128n128_q1_causal_lse_varlen(const __grid_c
     ++j;
     have = have_next;
   }
-  // Shared memory must outlive the last store's reads of it.
+  // Shared memory must outlive the last store's reads of it, and, in a pair, the partner's
+  // last arrivals on this CTA's barriers (its producer is done once its consumers are).
   if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
+  cluster_sync();
 }
