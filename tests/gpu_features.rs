@@ -646,6 +646,18 @@ fn build_problem_only(c: &Case, rng: &mut StdRng) -> Problem {
     build(c, &data, rng).problem
 }
 
+/// What selection picks for a case on the H200 (CPU only: selection reads no GPU).
+fn h200_selection(c: &Case, rng: &mut StdRng) -> fa4gen::select::Selection {
+    let h200 = fa4gen::select::DeviceInfo {
+        major: 9,
+        minor: 0,
+        sm_count: 132,
+    };
+    let p = build_problem_only(c, rng);
+    let v = p.validate().expect("a valid call");
+    fa4gen::select::select(&p, &v, &h200).expect("a kernel")
+}
+
 fn random_seqs(rng: &mut StdRng, n: usize, max: usize, same: bool) -> Vec<(usize, usize)> {
     (0..n)
         .map(|_| {
@@ -847,12 +859,6 @@ fn flagship_late_max_features() {
 /// H200, packed where it asks to be, and the cases cover both dtypes with both factors.
 #[test]
 fn late_max_features_run_the_stale_max() {
-    use fa4gen::select::{DeviceInfo, select};
-    let h200 = DeviceInfo {
-        major: 9,
-        minor: 0,
-        sm_count: 132,
-    };
     let cases = late_max_feature_cases();
     for dtype in DType::ALL {
         for factor in [8.0, 40.0] {
@@ -866,9 +872,7 @@ fn late_max_features_run_the_stale_max() {
     }
     let mut r = StdRng::seed_from_u64(0);
     for c in &cases {
-        let p = build_problem_only(c, &mut r);
-        let v = p.validate().expect("a valid call");
-        let sel = select(&p, &v, &h200).expect("a kernel");
+        let sel = h200_selection(c, &mut r);
         assert!(
             sel.spec.wgmma_stale_max(),
             "{}: {}",
@@ -942,17 +946,9 @@ fn flagship_varlen_pairs() {
 /// On the CPU: every varlen pair case selects the flagship in CTA pairs on the H200.
 #[test]
 fn varlen_pairs_select_pairs() {
-    use fa4gen::select::{DeviceInfo, select};
-    let h200 = DeviceInfo {
-        major: 9,
-        minor: 0,
-        sm_count: 132,
-    };
     let mut r = StdRng::seed_from_u64(0);
     for c in &varlen_pair_cases() {
-        let p = build_problem_only(c, &mut r);
-        let v = p.validate().expect("a valid call");
-        let sel = select(&p, &v, &h200).expect("a kernel");
+        let sel = h200_selection(c, &mut r);
         assert!(
             sel.pairs && sel.spec.feat.varlen,
             "{}: {}",
