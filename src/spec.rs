@@ -491,12 +491,13 @@ impl KernelSpec {
     /// kernel -> pairs: d 192/128 causal 4k 603 -> 620, 16k 658 -> 687; d 256 4k 624 -> 635,
     /// 16k 695 -> 711; d 128 4k 589 -> 590, 16k 633 -> 644; the pair code running alone at 1k
     /// cost 0.2-0.4%), except where tiles chain (a tile's first block then runs in the tile
-    /// before, ahead of the partner's extra blocks). Varlen too (session 16): a pair is two Q
-    /// blocks of one sequence, and where a sequence has an odd number of them the last one's
-    /// partner is a ghost that loads its half and computes nothing (`Tile::ghost`). A local
-    /// window's ranges differ at both ends, and paged K/V is per page. Head dims of 128 and more (FA3 makes the
-    /// same choices): at d 64 the pair code cost the kernel running alone 3.5% at 1k (424 ->
-    /// 408 TFLOP/s, three rounds) while pairs gained under 1% at 16k.
+    /// before, ahead of the partner's extra blocks). Varlen too (session 16, one round: d 128
+    /// 16k causal +2.2%, d 192/128 +2.5%, 4k +1.1%): a pair is two Q blocks of one sequence,
+    /// and where a sequence has an odd number of them the last one's partner is a ghost that
+    /// loads its half and computes nothing (`Tile::ghost`). A local window's ranges differ at
+    /// both ends, and paged K/V is per page. Head dims of 128 and more (FA3 makes the same
+    /// choices): at d 64 the pair code cost the kernel running alone 3.5% at 1k (424 -> 408
+    /// TFLOP/s, three rounds) while pairs gained under 1% at 16k.
     pub fn wgmma_pairs(&self) -> bool {
         self.imp == Impl::Wgmma
             && self.d.max(self.dv) >= 128
