@@ -6,8 +6,9 @@
 //! usage: bench_fwd <kernels root> [d,s,causal[,tile_m,tile_n][,option ...] ...]   (default: the issue-2 set)
 //!        options (serving calls at the same shape and memory): gN (GQA: H / N KV heads, packed
 //!        as selection decides, or as pack / nopack say), varlen (the batch as packed rows with
-//!        cu_seqlens, equal lengths; with pages, seqused_k), pageN (K/V as pages of N keys, in
-//!        order), sink (a per-head sink logit)
+//!        cu_seqlens, equal lengths; with pages, seqused_k), ragged (varlen with lengths S, then
+//!        uniform in [S/16, S] from a fixed generator, over the dense call's tokens or 4 S if
+//!        more; FLOPs per sequence), pageN (K/V as pages of N keys, in order), sink (a per-head sink logit)
 //!        bench_fwd <kernels root> --once d,s,causal  (one launch, for compute-sanitizer)
 //!        bench_fwd <kernels root> --one d,s,causal   (one launch at the benchmark shape, for ncu)
 //!        bench_fwd --stems d,s,causal ...   (the kernels the shapes select on the H200; no GPU)
@@ -32,6 +33,8 @@ struct Shape {
     /// Query heads per KV head.
     group: usize,
     varlen: bool,
+    /// Varlen with ragged lengths (the same tokens as the dense call, the longest S).
+    ragged: bool,
     page: Option<usize>,
     sink: bool,
     /// GQA packing forced on or off (else selection decides).
@@ -62,6 +65,10 @@ fn parse_shape(arg: &str) -> Option<Shape> {
     for opt in rest {
         match *opt {
             "varlen" => shape.varlen = true,
+            "ragged" => {
+                shape.varlen = true;
+                shape.ragged = true;
+            }
             "pack" => shape.pack = Some(true),
             "nopack" => shape.pack = Some(false),
             "sink" => shape.sink = true,
@@ -97,7 +104,7 @@ fn shapes(args: &[String]) -> Result<Vec<Shape>, String> {
 /// The call a shape stands for (B·S = 16k tokens, H·d = 2048, H 16 for 192/128, as the
 /// anchors; `small`: B 1, H 2, for compute-sanitizer), and the host int32 arrays its serving
 /// options pass (cu_seqlens, then the page table).
-fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>), String> {
+fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>, Vec<usize>), String> {
     let &Shape {
         d,
         dv,
@@ -121,7 +128,29 @@ fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>), St
         ));
     }
     let hkv = h / shape.group;
-    let mut p = Problem::new(DType::Bf16, b, s, s, h, hkv, d, dv);
+    // Sequence lengths: b of s, or (ragged) s first, then uniform in [s/16, s] until max(b, 4)
+    // * s tokens are spent (an LCG: the same lengths in every run).
+    let mut lens = vec![s; b];
+    if shape.ragged {
+        if shape.page.is_some() || small {
+            return Err(format!(
+                "{}: ragged takes no pages and no --once",
+                shape.tag
+            ));
+        }
+        lens = vec![s];
+        let mut x = 0x2545f4914f6cdd1du64;
+        let mut left = b.max(4) * s - s; // at least 4 * S tokens: a batch, even at S = 16k
+        while left > 0 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let l = (s / 16 + (x >> 33) as usize % (s - s / 16 + 1)).clamp(1, left);
+            lens.push(l);
+            left -= l;
+        }
+    }
+    let mut p = Problem::new(DType::Bf16, lens.len(), s, s, h, hkv, d, dv);
     p.causal = causal;
     p.tile_mn = tile;
     // The serving options keep the dense call's memory: packed rows of equal sequences are
@@ -144,7 +173,11 @@ fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>), St
             p.k_strides = runtime::Strides::contiguous(b * s, hkv, d);
             p.v_strides = runtime::Strides::contiguous(b * s, hkv, dv);
         }
-        seq_i32.push((0..=b).map(|i| (i * s) as i32).collect::<Vec<i32>>());
+        let mut cu = vec![0i32];
+        for &l in &lens {
+            cu.push(cu[cu.len() - 1] + l as i32);
+        }
+        seq_i32.push(cu);
         if paged {
             seq_i32.push(vec![s as i32; b]);
         }
@@ -162,7 +195,7 @@ fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>), St
         seq_i32.push((0..(b * pps) as i32).collect());
     }
     p.sinks = shape.sink;
-    Ok((p, seq_i32))
+    Ok((p, seq_i32, lens))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -180,7 +213,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sm_count: 132,
         };
         for shape in shapes(&args[1..])? {
-            let (p, _) = problem_of(&shape, false)?;
+            let (p, _, _) = problem_of(&shape, false)?;
             let v = p.validate()?;
             println!("{}", fa4gen::select::select(&p, &v, &h200)?.spec.stem());
         }
@@ -215,8 +248,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tile,
             ..
         } = shape.clone();
-        let (mut p, seq_i32) = problem_of(&shape, small)?;
-        let (b, h, hkv) = (p.batch, p.heads, p.heads_kv);
+        let (mut p, seq_i32, lens) = problem_of(&shape, small)?;
+        let (h, hkv) = (p.heads, p.heads_kv);
+        let b = lens.iter().sum::<usize>() / s; // the dense call's batch: its tokens and memory
         let seq_bufs = seq_i32
             .iter()
             .map(|x| stream.clone_htod(x))
@@ -367,7 +401,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let iters = times.len();
         times.sort_by(f64::total_cmp);
         let ms = times[iters / 2];
-        let flops = 2.0 * (b * h) as f64 * (s * s) as f64 * (d + dv) as f64
+        let flops = lens
+            .iter()
+            .map(|&l| 2.0 * h as f64 * (l * l) as f64 * (d + dv) as f64)
+            .sum::<f64>()
             / if causal { 2.0 } else { 1.0 };
         let (_, sel) = fa.plan(&p)?;
         let tag = &shape.tag;
