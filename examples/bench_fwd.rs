@@ -101,10 +101,17 @@ fn shapes(args: &[String]) -> Result<Vec<Shape>, String> {
     Ok(out)
 }
 
+/// A shape's call: the problem, the host int32 arrays its options pass (cu_seqlens, then the
+/// page table or seqused_k) and its sequences' lengths.
+struct Call {
+    problem: Problem,
+    seq_i32: Vec<Vec<i32>>,
+    lens: Vec<usize>,
+}
+
 /// The call a shape stands for (B·S = 16k tokens, H·d = 2048, H 16 for 192/128, as the
-/// anchors; `small`: B 1, H 2, for compute-sanitizer), and the host int32 arrays its serving
-/// options pass (cu_seqlens, then the page table).
-fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>, Vec<usize>), String> {
+/// anchors; `small`: B 1, H 2, for compute-sanitizer).
+fn problem_of(shape: &Shape, small: bool) -> Result<Call, String> {
     let &Shape {
         d,
         dv,
@@ -195,7 +202,11 @@ fn problem_of(shape: &Shape, small: bool) -> Result<(Problem, Vec<Vec<i32>>, Vec
         seq_i32.push((0..(b * pps) as i32).collect());
     }
     p.sinks = shape.sink;
-    Ok((p, seq_i32, lens))
+    Ok(Call {
+        problem: p,
+        seq_i32,
+        lens,
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -213,7 +224,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             sm_count: 132,
         };
         for shape in shapes(&args[1..])? {
-            let (p, _, _) = problem_of(&shape, false)?;
+            let p = problem_of(&shape, false)?.problem;
             let v = p.validate()?;
             println!("{}", fa4gen::select::select(&p, &v, &h200)?.spec.stem());
         }
@@ -248,7 +259,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tile,
             ..
         } = shape.clone();
-        let (mut p, seq_i32, lens) = problem_of(&shape, small)?;
+        let Call {
+            problem: mut p,
+            seq_i32,
+            lens,
+        } = problem_of(&shape, small)?;
         let (h, hkv) = (p.heads, p.heads_kv);
         let b = lens.iter().sum::<usize>() / s; // the dense call's batch: its tokens and memory
         let seq_bufs = seq_i32
