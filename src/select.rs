@@ -65,6 +65,28 @@ pub struct Selection {
 /// d 128 587 -> 590, d 192/128 608 -> 620, d 256 623 -> 635; 16k +2.3-4.3%: the same rule.
 pub const PAIRS_MIN_KEYS: usize = 4096;
 
+/// Mean query rows per sequence (total_q / batch, known when cu_seqlens_q is passed) from
+/// which varlen calls run in CTA pairs by default. A sequence with an odd number of Q blocks
+/// pairs its last one with a ghost that holds a CTA for that block's K range, about 64 / L
+/// of an L-row sequence's work on average (half the sequences, 128 / L each); pairs gained
+/// 2.2-2.5% at 16k and 1.1% at 4k on equal lengths (session 16, one round), so only long
+/// sequences pay for their ghosts. Ragged batches are not measured yet; until they are, the
+/// default waits for 8k rows on average (`Problem::cta_pairs` forces either way).
+pub const VARLEN_PAIRS_MIN_MEAN_ROWS: usize = 8192;
+
+/// Whether a call's sequences pair by default as far as their query lengths go: dense calls
+/// and equal query lengths (no ghosts) yes; packed queries if their mean is long enough
+/// (`VARLEN_PAIRS_MIN_MEAN_ROWS`); `seqused_q` no (the lengths are on the device).
+fn varlen_rows_pair(p: &Problem) -> bool {
+    let Some(v) = p.varlen else {
+        return true;
+    };
+    match v.total_q {
+        Some(total) => total >= VARLEN_PAIRS_MIN_MEAN_ROWS * p.batch.max(1),
+        None => !v.seqused_q,
+    }
+}
+
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
 /// keys a window lets a query block see.
@@ -337,7 +359,8 @@ pub fn select_with(
         && runs_pair
         && tiles >= 2
         && device.sm_count >= 2
-        && p.cta_pairs.unwrap_or(p.seqlen_k >= PAIRS_MIN_KEYS);
+        && p.cta_pairs
+            .unwrap_or(p.seqlen_k >= PAIRS_MIN_KEYS && varlen_rows_pair(p));
     let grid = if spec.imp == crate::spec::Impl::Wgmma {
         let mut ctas = tiles
             .max(1)
@@ -365,6 +388,7 @@ pub fn select_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::Varlen;
     use crate::spec::{DType, Impl, Mask};
 
     const H200: DeviceInfo = DeviceInfo {
@@ -564,6 +588,39 @@ mod tests {
         p.head_dim = 64; // d 64 has no pair code
         p.head_dim_v = 64;
         assert!(!sel(&p, &H200).pairs);
+    }
+
+    /// Varlen calls pair by default only where their sequences are long on average (ghosts:
+    /// `VARLEN_PAIRS_MIN_MEAN_ROWS`), or where their queries are all the same length.
+    #[test]
+    fn varlen_pairs_by_mean_length() {
+        let mut p = Problem::new(DType::Bf16, 2, 16384, 16384, 16, 16, 128, 128);
+        p.causal = true;
+        p.varlen = Some(Varlen {
+            total_q: Some(2 * 16384),
+            total_k: Some(2 * 16384),
+            ..Varlen::default()
+        });
+        assert!(sel(&p, &H200).pairs); // mean 16k rows
+        p.varlen = Some(Varlen {
+            total_q: Some(2 * 4096),
+            total_k: Some(2 * 16384),
+            ..Varlen::default()
+        });
+        assert!(!sel(&p, &H200).pairs); // mean 4k rows: ghosts may cost more than pairs gain
+        p.cta_pairs = Some(true);
+        assert!(sel(&p, &H200).pairs);
+        p.cta_pairs = None;
+        p.varlen = Some(Varlen {
+            seqused_k: true,
+            ..Varlen::default()
+        });
+        assert!(sel(&p, &H200).pairs); // equal query lengths: no ghosts
+        p.varlen = Some(Varlen {
+            seqused_q: true,
+            ..Varlen::default()
+        });
+        assert!(!sel(&p, &H200).pairs); // query lengths on the device
     }
 
     #[test]
