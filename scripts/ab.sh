@@ -7,7 +7,8 @@
 # GPU host's NVRTC, whose code ran an identical d 128 kernel 2% slower: give every variant a knob,
 # or build B's kernels ahead as a plan staged in a folder of its own and name it, ROOT=.stage/b
 # (such a variant runs with FA4GEN_JIT=0: else the binary re-renders what differs from its own
-# templates and compiles that instead).
+# templates and compiles that instead). BIN=<path> times a variant with another bench_fwd, e.g.
+# the baseline's own build where the kernels' parameters changed (with its own ROOT and manifest).
 # Prints a table and writes every line to $OUT/ab.txt (tagged ab-<variant>-<round>.jsonl, ab-sdpa-<round>).
 set -uo pipefail
 OUT=${OUT:-/tmp/fa4gen-out}
@@ -15,6 +16,8 @@ mkdir -p "$OUT"
 export FA4GEN_KERNELS=.stage/generated FA4GEN_JIT=1
 # The kernel root of a variant: its ROOT= knob, else the staged cubins.
 root() { local r=.stage/generated k; for k in ${1//,/ }; do case $k in ROOT=*) r=${k#ROOT=} ;; esac; done; echo "$r"; }
+# The bench_fwd of a variant: its BIN= knob, else the staged one.
+bin() { local b=.stage/bin/bench_fwd k; for k in ${1//,/ }; do case $k in BIN=*) b=${k#BIN=} ;; esac; done; echo "$b"; }
 # A variant's environment: its knobs, and no JIT where it names its own kernels.
 knobs_of() { local k=${1#*:}; case $k in *ROOT=*) k="$k,FA4GEN_JIT=0" ;; esac; echo "${k//,/ }"; }
 # Compile every variant's kernels first, in parallel (one --one launch per variant and shape),
@@ -22,7 +25,7 @@ knobs_of() { local k=${1#*:}; case $k in *ROOT=*) k="$k,FA4GEN_JIT=0" ;; esac; e
 for v in $VARIANTS; do
   knobs=$(knobs_of "$v")
   for shape in $SHAPES; do
-    env $knobs .stage/bin/bench_fwd "$(root "$knobs")" --one "$shape" > /dev/null 2>&1 &
+    env $knobs "$(bin "$knobs")" "$(root "$knobs")" --one "$shape" > /dev/null 2>&1 &
     while [ "$(jobs -rp | wc -l)" -ge "${JOBS:-12}" ]; do wait -n; done
   done
 done
@@ -36,7 +39,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
   for shape in $SHAPES; do
     for v in $order; do
       name=${v%%:*}; knobs=$(knobs_of "$v")
-      env $knobs .stage/bin/bench_fwd "$(root "$knobs")" "$shape" >> "$OUT/ab-$name-$round.jsonl" 2>> "$OUT/ab-$name-$round.err"
+      env $knobs "$(bin "$knobs")" "$(root "$knobs")" "$shape" >> "$OUT/ab-$name-$round.jsonl" 2>> "$OUT/ab-$name-$round.err"
     done
   done
   python3 scripts/bench_sdpa.py $SHAPES > "$OUT/ab-sdpa-$round.jsonl" 2> "$OUT/ab-sdpa-$round.err"

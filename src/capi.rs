@@ -208,6 +208,7 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
             v => return Err(invalid("pack_gqa", v, "-1 (default), 0 or 1")),
         },
         cta_pairs: None,
+        split_tail: None,
         tile_mn: match (c.tile_m, c.tile_n) {
             (0, 0) => None,
             (m, n) if m > 0 && n > 0 => Some((m as u32, n as u32)),

@@ -27,6 +27,9 @@ pub struct FwdParams {
     /// split: fp32 partial O `(splits, rows, H, Dv)` and LSE `(splits, <LSE layout>)`.
     pub o_partial: u64,
     pub lse_partial: u64,
+    /// split tail (`KernelSpec::wgmma_split_tail`): `int32` arrival counters, one per
+    /// (tail tile, consumer warpgroup), zero at launch; `o_partial` then holds the parts.
+    pub tail_counters: u64,
 
     pub q_batch_stride: i64,
     pub q_row_stride: i64,
@@ -57,6 +60,12 @@ pub struct FwdParams {
     pub window_right: i32,
     pub page_size: i32,
     pub num_splits: i32,
+    /// split tail (`tail_units > 0`, `KernelSpec::wgmma_split_tail`): the round from which the
+    /// persistent schedule deals equal shares of K blocks, the schedule units it deals so, and
+    /// each tile's K blocks.
+    pub tail_round: i32,
+    pub tail_units: i32,
+    pub tail_blocks: i32,
     /// The exp2-domain multiplier of a raw score: `scale * log2(e)`, or `softcap * log2(e)`
     /// with softcap (the score is then `tanh(qk * softcap_scale)`).
     pub scale_log2: f32,

@@ -140,6 +140,7 @@ struct WgmmaFwd<'a> {
     pairs: bool,
     max_slack: u32,
     stale_max: bool,
+    split_tail: bool,
     params_size: usize,
 }
 
@@ -204,6 +205,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 pairs: spec.wgmma_pairs(),
                 max_slack: spec.wgmma_max_slack(),
                 stale_max: spec.wgmma_stale_max(),
+                split_tail: spec.wgmma_split_tail(),
                 params_size,
             }
             .render()

@@ -47,6 +47,11 @@ pub struct Selection {
     /// number of Q blocks (causal: in whole, even runs), so a pair's tiles are two Q blocks of
     /// one head, and the grid is even.
     pub pairs: bool,
+    /// Split the persistent schedule's tail (`KernelSpec::wgmma_split_tail`): the runtime
+    /// plans it for the grid it launches ([`tail_plan`]) and gives the kernel a workspace.
+    pub split_tail: bool,
+    /// The wgmma kernel's schedule: (Q block, head, batch) tiles.
+    pub tiles: usize,
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
     /// library without it falls back to `select_table` (see `FlashAttention::plan`).
     pub decode_tile: bool,
@@ -64,6 +69,34 @@ pub struct Selection {
 /// calls (session 13, sustained, alone -> pairs): 1k d 128 447 -> 430, d 256 466 -> 460; 4k
 /// d 128 587 -> 590, d 192/128 608 -> 620, d 256 623 -> 635; 16k +2.3-4.3%: the same rule.
 pub const PAIRS_MIN_KEYS: usize = 4096;
+
+/// The split tail's plan for `units` equal schedule units (tiles; in pairs, a pair's two) of
+/// `blocks` K blocks each on `slots` persistent CTAs (or pairs): `Some((round, tail_units))`,
+/// whole tiles for `round` rounds, then the last `tail_units` as equal shares of their blocks
+/// (fwd_sm90.cu `Tiles::nth`); `None` where the grid divides the units (nothing idles), there
+/// is no full round, or the shares' 32-bit arithmetic would overflow.
+pub fn tail_plan(units: usize, slots: usize, blocks: usize) -> Option<(u32, u32)> {
+    if slots == 0 || units <= slots || units.is_multiple_of(slots) || blocks < 2 {
+        return None;
+    }
+    let tail = units % slots + slots;
+    let work = (slots as u64 + 1) * tail as u64 * blocks as u64;
+    (work < 1 << 31).then_some(((units / slots - 1) as u32, tail as u32))
+}
+
+/// Whether the split tail pays by default: the last round of whole tiles would leave at
+/// least 1% of the call's CTA time idle, counted in K blocks with one block more per share
+/// for a split tile's second Q load and its merge. H200, B·S 16k, H·d 2048 (2048 tiles of
+/// 128 rows on 132 CTAs, 15.5 rounds) idles 3%; ncu measured max/mean active cycles per SM
+/// at 1.032 (session 16).
+pub fn split_tail_pays(units: usize, slots: usize, blocks: usize) -> bool {
+    let Some((round, tail)) = tail_plan(units, slots, blocks) else {
+        return false;
+    };
+    let whole = units.div_ceil(slots) * blocks;
+    let split = round as usize * blocks + (tail as usize * blocks).div_ceil(slots) + 1;
+    split * 100 <= whole * 99
+}
 
 /// Mean query rows per sequence (total_q / batch, known when cu_seqlens_q is passed) from
 /// which varlen calls run in CTA pairs by default. A sequence with an odd number of Q blocks
@@ -376,11 +409,23 @@ pub fn select_with(
             (p.batch * num_splits as usize) as u32,
         )
     };
+    let pair = if pairs { 2 } else { 1 };
+    let split_tail = spec.wgmma_split_tail()
+        && match p.split_tail {
+            Some(force) => force,
+            None => split_tail_pays(
+                tiles / pair,
+                grid.0 as usize / pair,
+                p.seqlen_k.div_ceil(spec.tile_n as usize),
+            ),
+        };
     Ok(Selection {
         spec,
         grid,
         num_splits,
         pairs,
+        split_tail,
+        tiles,
         decode_tile: decode && class.decode() == Some(spec),
     })
 }
@@ -916,5 +961,91 @@ mod tests {
             select(&p, &p.validate().unwrap(), &a100),
             Err(Error::UnsupportedDevice { major: 8, minor: 0 })
         ));
+    }
+
+    /// The kernel's split-tail schedule (fwd_sm90.cu `Tiles::nth` and `Tiles::part`, modelled
+    /// here) covers every K block of every unit exactly once, splits a tile into at most two
+    /// parts, and the two parts of a tile name each other's workspace entries, which no other
+    /// part writes.
+    #[test]
+    fn split_tail_schedule_covers_each_block_once() {
+        for (units, slots, blocks) in [
+            (320, 132, 8),
+            (160, 66, 24),
+            (144, 132, 52),
+            (210, 132, 7),
+            (2048, 132, 128),
+            (1024, 66, 103),
+            (133, 132, 2),
+            (263, 132, 3),
+            (7, 3, 5),
+        ] {
+            let (round, tail) = tail_plan(units, slots, blocks).unwrap();
+            let (round, tail) = (round as usize, tail as usize);
+            assert_eq!(round * slots + tail, units);
+            let w = tail * blocks;
+            let mut seen = vec![0u8; units * blocks];
+            // entry -> (unit, other entry) of the part written there
+            let mut entries = std::collections::HashMap::new();
+            for c in 0..slots {
+                for j in 0..round {
+                    let unit = j * slots + if j % 2 == 1 { slots - 1 - c } else { c };
+                    seen[unit * blocks..][..blocks]
+                        .iter_mut()
+                        .for_each(|x| *x += 1);
+                }
+                let (b0, b1) = (c * w / slots, (c + 1) * w / slots);
+                assert!(b1 - b0 >= blocks, "a share holds a whole tile");
+                for k in 0.. {
+                    let x0 = (b0 / blocks + k) * blocks;
+                    if x0 >= b1 {
+                        break;
+                    }
+                    let x = x0 / blocks;
+                    let (v0, v1) = (b0.max(x0) - x0, (b1 - x0).min(blocks));
+                    seen[(round * slots + x) * blocks..][v0..v1]
+                        .iter_mut()
+                        .for_each(|b| *b += 1);
+                    if v1 - v0 < blocks {
+                        let me = 2 * c + usize::from(k > 0);
+                        let other = if v0 > 0 { 2 * (c - 1) + 1 } else { 2 * (c + 1) };
+                        assert!(
+                            entries.insert(me, (x, other)).is_none(),
+                            "entry {me} reused"
+                        );
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&n| n == 1), "{units} units on {slots}");
+            for (&me, &(x, other)) in &entries {
+                assert_eq!(entries[&other], (x, me), "parts of unit {x} pair up");
+            }
+        }
+        assert_eq!(tail_plan(264, 132, 8), None); // the grid divides the units
+        assert_eq!(tail_plan(100, 132, 8), None); // no full round
+        assert_eq!(tail_plan(200, 132, 1), None);
+        assert!(split_tail_pays(2048, 132, 128));
+        assert!(!split_tail_pays(2640 + 130, 132, 128)); // 21 + 130/132 rounds: 0.1% idle
+    }
+
+    /// Selection splits the tail of long unmasked dense calls by default, not of masked,
+    /// varlen or chained-tile (d 64) ones, and `Problem::split_tail` forces it either way.
+    #[test]
+    fn split_tail_by_default_where_it_pays() {
+        let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 16, 16, 128, 128);
+        let s = sel(&p, &H200);
+        assert!(s.split_tail && s.pairs && s.tiles == 2048, "{s:?}");
+        p.causal = true;
+        assert!(!sel(&p, &H200).split_tail);
+        p.causal = false;
+        p.split_tail = Some(false);
+        assert!(!sel(&p, &H200).split_tail);
+        let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 32, 32, 64, 64);
+        p.split_tail = Some(true);
+        assert!(!sel(&p, &H200).split_tail, "d 64 chains its tiles");
+        // 2 x 33 x 4 tiles of 128 rows: 264 on 132 CTAs, no tail.
+        let p = Problem::new(DType::Bf16, 2, 4096, 4096, 33, 33, 128, 128);
+        let s = sel(&p, &H200);
+        assert!(s.split_tail == split_tail_pays(s.tiles / 2, 66, 32));
     }
 }

@@ -556,6 +556,28 @@ impl KernelSpec {
             && !self.feat.softcap
     }
 
+    /// Whether the wgmma kernel can split its schedule's tail (`Tiles` in fwd_sm90.cu): a
+    /// persistent grid of G CTAs (or pairs) over U equal tiles idles (ceil(U / G) - U / G) /
+    /// ceil(U / G) of the call in its last round, 3% at 2048 tiles on 132 CTAs (measured with
+    /// ncu: max/mean active cycles per SM 1.032). The last U % G + G tiles are dealt instead
+    /// as equal shares of their K blocks (Stream-K's idea), so a tile may be computed in two
+    /// parts by two CTAs; each writes its unnormalised O and row state to the workspace, and
+    /// the one that finishes second merges and stores. Unmasked dense calls only: every tile
+    /// then visits the same blocks, so a share's tiles and parts follow in closed form.
+    /// Not where tiles chain (d 64's four stages): the merge's registers spilled in that
+    /// kernel's main loop, and d 64 tiles at 192 rows leave a smaller tail (0.7% at 16k). Not
+    /// with packed GQA (spilled at d 256; selection packs by default only at d <= 64 or for
+    /// short queries, which have no tail to split).
+    pub fn wgmma_split_tail(&self) -> bool {
+        self.imp == Impl::Wgmma
+            && self.mask == Mask::None
+            && !self.wgmma_chain_tiles()
+            && !self.pack_gqa
+            && !self.feat.varlen
+            && !self.feat.paged
+            && !self.feat.split
+    }
+
     /// Registers per thread of the wgmma kernel's (producer, consumer) warpgroups after
     /// `setmaxnreg`: the consumers take what the producer gives back (FA3's split).
     pub fn wgmma_registers(&self) -> (u32, u32) {

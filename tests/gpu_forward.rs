@@ -89,12 +89,14 @@ struct Case {
     /// Keys `first .. first + n` of every (batch, KV head) multiplied by `factor`: their
     /// scores jump far above the rest, where the visiting order meets them late.
     late_keys: Option<(usize, usize, f32)>,
+    /// `Problem::split_tail` (`None`: selection's default).
+    split_tail: Option<bool>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -110,7 +112,8 @@ impl Case {
             self.pad,
             self.tile_mn,
             self.pairs,
-            self.late_keys
+            self.late_keys,
+            self.split_tail
         )
     }
 }
@@ -122,6 +125,8 @@ struct Outcome {
     kernel: &'static str,
     /// Selection launched it in CTA pairs (`KernelSpec::wgmma_pairs`).
     paired: bool,
+    /// Selection split its schedule's tail (`Selection::split_tail`).
+    split_tail: bool,
 }
 
 fn randn(rng: &mut StdRng, dtype: DType, n: usize) -> Vec<f32> {
@@ -166,6 +171,7 @@ fn problem(c: &Case) -> Problem {
     p.pack_gqa = c.pack_gqa;
     p.tile_mn = c.tile_mn;
     p.cta_pairs = c.pairs;
+    p.split_tail = c.split_tail;
     p
 }
 
@@ -210,9 +216,9 @@ fn run_case(
     let o_len = (b * sq * o_row).max(1);
     let lse_len = (b * h * sq).max(1);
 
-    let (kernel, paired) = match fa.plan(&p) {
-        Ok((_, sel)) => (sel.spec.imp.name(), sel.pairs),
-        Err(_) => ("", false),
+    let (kernel, paired, split_tail) = match fa.plan(&p) {
+        Ok((_, sel)) => (sel.spec.imp.name(), sel.pairs, sel.split_tail),
+        Err(_) => ("", false, false),
     };
     let mut results = Vec::new();
     for _ in 0..REPEATS {
@@ -247,6 +253,7 @@ fn run_case(
             lse_rel: 0.0,
             kernel,
             paired,
+            split_tail,
         });
     }
     let rp = RefProblem {
@@ -302,6 +309,7 @@ fn run_case(
         lse_rel,
         kernel,
         paired,
+        split_tail,
     })
 }
 
@@ -335,6 +343,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
     let (mut worst, mut worst_lse) = (0f64, 0f64);
     let mut kernels = std::collections::BTreeMap::<&str, usize>::new();
     let mut paired = 0;
+    let mut split = 0;
     let t = std::time::Instant::now();
     for c in cases {
         match run_case(&stream, &fa, c, &mut rng) {
@@ -343,6 +352,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
                 worst_lse = worst_lse.max(o.lse_rel);
                 *kernels.entry(o.kernel).or_default() += 1;
                 paired += usize::from(o.paired);
+                split += usize::from(o.split_tail);
                 if let Some(w) = want
                     && !o.kernel.is_empty()
                     && o.kernel != w
@@ -354,7 +364,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
         }
     }
     println!(
-        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?} ({paired} in CTA pairs); {:.1} s",
+        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?} ({paired} in CTA pairs, {split} with split tails); {:.1} s",
         cases.len() - failures.len(),
         failures.len(),
         t.elapsed().as_secs_f64()
@@ -425,6 +435,7 @@ fn oracle_matrix() {
                             tile_mn: None,
                             pairs: None,
                             late_keys: None,
+                            split_tail: None,
                         });
                     }
                     combo += 1;
@@ -473,6 +484,7 @@ fn oracle_flagship() {
                             tile_mn: None,
                             pairs: None,
                             late_keys: None,
+                            split_tail: None,
                         });
                     }
                 }
@@ -549,6 +561,7 @@ fn oracle_flagship_tiles() {
                     tile_mn: Some(tile),
                     pairs: None,
                     late_keys: None,
+                    split_tail: None,
                 });
             }
         }
@@ -594,6 +607,7 @@ fn oracle_flagship_causal_runs() {
                 tile_mn: None,
                 pairs: None,
                 late_keys: None,
+                split_tail: None,
             });
         }
     }
@@ -649,6 +663,7 @@ fn oracle_flagship_pairs() {
                 tile_mn: None,
                 pairs: (sk < fa4gen::select::PAIRS_MIN_KEYS).then_some(true), // else the default
                 late_keys: None,
+                split_tail: None,
             });
         }
     }
@@ -728,6 +743,7 @@ fn oracle_flagship_causal_pairs() {
                 tile_mn: tile,
                 pairs: Some(true),
                 late_keys: None,
+                split_tail: None,
             });
         }
     }
@@ -749,6 +765,86 @@ fn oracle_flagship_causal_pairs() {
 /// producer waits for the release), in CTAs that run several tiles (Q buffer and ring
 /// positions past the first tile's) and in both at once. `late_max_cases_run_the_stale_max`
 /// checks on the CPU that selection picks what this relies on.
+/// The split tail (`KernelSpec::wgmma_split_tail`, forced on): the persistent schedule deals
+/// its last tiles as equal shares of K blocks, so a tile may be computed in two parts by two
+/// CTAs, merged and stored by the second to finish. Shapes whose tiles outnumber the grid by
+/// a remainder (round 0: all of the schedule is tail; round 1+: whole tiles first), parts of
+/// one block (2-block tiles) and of hundreds, K not a multiple of the tile (the partial block
+/// in one part only), a partial last Q block, GQA unpacked, CTA pairs (a pair's two tiles split
+/// alike), LSE, padded strides; d 64 (chained tiles) and packed GQA have no split tail.
+/// A part merged twice, lost, or read before it was written shows as a wrong or moving result.
+#[test]
+fn oracle_flagship_split_tail() {
+    // (d, dv, sq, sk, batch, heads, heads_kv, pack, pairs)
+    let shapes = [
+        (128, 128, 2048, 1000, 1, 20, 20, false, None), // 320 tiles on 132: round 1, tail 188
+        (128, 128, 4096, 3000, 1, 10, 5, false, Some(true)), // 160 pairs on 66
+        (256, 256, 3000, 4097, 2, 3, 3, false, None),   // 144 tiles: round 0, 52 blocks of 80
+        (192, 128, 300, 777, 1, 70, 70, false, None),   // 210 tiles, round 0
+        (128, 128, 1000, 200, 3, 50, 50, false, None),  // 2-block tiles: parts of one block
+        (128, 128, 16384, 16384, 1, 2, 2, false, Some(false)), // parts of ~100 blocks
+        (128, 128, 700, 2500, 1, 32, 4, true, None),    // packed GQA: whole
+        (96, 96, 1100, 1300, 2, 9, 3, false, None),     // 162 tiles
+        (256, 256, 2048, 2048, 1, 18, 18, false, Some(true)), // 144 pairs on 66: round 1
+        (64, 64, 2000, 3000, 1, 30, 30, false, None),   // chained tiles: whole
+    ];
+    let mut cases = Vec::new();
+    for (i, &(d, dv, sq, sk, batch, heads, heads_kv, pack, pairs)) in shapes.iter().enumerate() {
+        cases.push(Case {
+            dtype: DType::ALL[i % 2],
+            d,
+            dv,
+            batch,
+            sq,
+            sk,
+            heads,
+            heads_kv,
+            causal: false,
+            window: (None, None),
+            lse: i % 3 != 1,
+            pack_gqa: Some(pack),
+            pad: if i % 4 == 3 { 8 } else { 0 },
+            tile_mn: None,
+            pairs,
+            late_keys: None,
+            split_tail: Some(true),
+        });
+    }
+    // The same shapes with the tail whole: the control.
+    let whole: Vec<Case> = cases
+        .iter()
+        .map(|c| Case {
+            split_tail: Some(false),
+            ..c.clone()
+        })
+        .collect();
+    let Some((_ctx, stream, fa)) = setup() else {
+        return;
+    };
+    if fa.device().major == 9 {
+        for c in &cases {
+            let (_, sel) = fa.plan(&problem(c)).expect("plan");
+            assert_eq!(sel.spec.imp.name(), "wgmma", "{}", c.name());
+            assert_eq!(
+                sel.split_tail,
+                c.d != 64 && c.pack_gqa != Some(true),
+                "{}",
+                c.name()
+            );
+            let pair = if sel.pairs { 2 } else { 1 };
+            let plan = fa4gen::select::tail_plan(
+                sel.tiles / pair,
+                sel.grid.0 as usize / pair,
+                c.sk.div_ceil(sel.spec.tile_n as usize),
+            );
+            assert!(plan.is_some(), "{}: no tail to split", c.name());
+        }
+    }
+    drop((stream, fa));
+    run_all_on("oracle_flagship_split_tail", &cases, Some("wgmma"));
+    run_all_on("oracle_flagship_split_tail (whole)", &whole, Some("wgmma"));
+}
+
 fn late_max_cases() -> Vec<Case> {
     // (sq, sk, heads, heads_kv, pairs): 8 Q blocks in a pair; 3 (an odd count: alone) at
     // 4k keys; 16 Q blocks x 10 heads = 160 tiles, more than the H200's 132 CTAs, alone or
@@ -788,6 +884,7 @@ fn late_max_cases() -> Vec<Case> {
                             tile_mn: None,
                             pairs,
                             late_keys: Some((first, n, factor)),
+                            split_tail: None,
                         });
                     }
                 }
@@ -870,6 +967,7 @@ fn oracle_edges() {
         tile_mn: None,
         pairs: None,
         late_keys: None,
+        split_tail: None,
     };
     let cases = vec![
         Case {

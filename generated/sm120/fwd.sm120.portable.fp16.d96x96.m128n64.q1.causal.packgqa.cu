@@ -54,11 +54,11 @@ constexpr int kSmemPages = kSmemV + kTileN * kVRow * 2;     // paged: 2 slots of
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 128 && kSmemBytes == 53248, "layout differs from KernelSpec::geometry");
-static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
+static_assert(sizeof(FwdParams) == 312, "FwdParams differs from its Rust twin");
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_offsetof)  // NVRTC 13.5 has it, 13.0 does not
-static_assert(__builtin_offsetof(FwdParams, group) == 260 &&
-              __builtin_offsetof(FwdParams, scale_log2) == 280, "FwdParams differs from its Rust twin");
+static_assert(__builtin_offsetof(FwdParams, group) == 268 &&
+              __builtin_offsetof(FwdParams, scale_log2) == 300, "FwdParams differs from its Rust twin");
 #endif
 #endif
 

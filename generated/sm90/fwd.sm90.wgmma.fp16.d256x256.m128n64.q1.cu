@@ -27,6 +27,9 @@
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
 // of the (ceil(rows / 128) Q blocks x heads x batch) set, its K/V ring running on across tiles.
+// Split tail: where the grid does not divide the tiles, the last (tiles % grid) + grid are dealt
+// as equal shares of their K blocks; a tile split between two CTAs is merged and stored by the
+// one that finishes second, from the other's unnormalised part in the workspace.
 // Pairs: launched in clusters of two, CTAs 2c and 2c + 1 take Q blocks 2i and 2i + 1 of one head and
 // each loads half of every K/V block into both (TMA multicast).
 // Heads share a KV head in groups of H / Hkv (unpacked GQA: rows = Sq). O is stored from registers.
@@ -77,6 +80,11 @@ static_assert(!kPairs || (kMask != MaskKind::Local && !kPaged && !kPackGqa),
 // recomputes its block's scores (warp_qk) and takes the exact update.
 constexpr bool kStaleMax = true;
 static_assert(!(kStaleMax && kSoftcap), "the stale exponentials and their recompute read raw scores: no softcap");
+// The split tail (KernelSpec::wgmma_split_tail): on at run time where the host passes
+// p.tail_counters (zeroed) and p.o_partial (the parts) and the grid does not divide the tiles.
+constexpr bool kSplitTail = true;
+static_assert(!kSplitTail || (kMask == MaskKind::None && !kVarlen && !kPaged && !kPackGqa),
+              "the split tail deals equal tiles: unmasked, dense, unpacked");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -125,7 +133,7 @@ static_assert(kThreads == 384 && kSmemBytes == 197712, "layout differs from Kern
 static_assert(kD % 16 == 0 && kDvPad == 256 && kTileN % 16 == 0, "tiles the wgmma layouts cannot hold");
 constexpr int kCtasPerSm = 1;  // 2: one consumer's CTAs take turns at the tensor cores
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 / kCtasPerSm, "register pool overcommitted");
-static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
+static_assert(sizeof(FwdParams) == 312, "FwdParams differs from its Rust twin");
 
 // The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
 // packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages — or, with
@@ -210,6 +218,11 @@ struct Tile {
 // DRAM once, not once per Q block; packed GQA at d > 64: runs of G, the Q blocks that
 // unpacked would be one head's tile of G x kTileM queries). The m_blocks % run lowest blocks
 // follow the whole runs in the plain masked order, so no tile is empty.
+// What a CTA takes in its r-th turn: a tile, and, in the split tail (k >= 0: its k-th item of
+// the tail), the tile's visited blocks [v0, v1) (in the visiting order, last block first).
+struct Pick {
+  int tile, v0, v1, k;
+};
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
@@ -242,16 +255,38 @@ struct Tiles {
   // The tile of this CTA's round j (>= count: none). In pairs the snake runs over the
   // clusters and a cluster takes tiles 2i and 2i + 1, one per rank (the host launches pairs
   // only where m_blocks is even: the two are Q blocks of one head, and count is even).
-  FA4_DEVICE int nth(int j) const {
+  //
+  // The split tail (p.tail_units > 0; the host's plan, select.rs `tail_plan`): the
+  // schedule's units (tiles; in pairs, a cluster's two) go whole to the slots (CTAs, or
+  // clusters) for p.tail_round rounds, then the last p.tail_units as equal shares of their
+  // W = tail_units * tail_blocks K blocks: slot c takes blocks [c W / slots, (c + 1) W / slots)
+  // in unit order, a tile's in its visiting order. A share holds at least a tile's blocks, so a
+  // tile has at most two parts: the end of one slot's share and the start of the next one's.
+  FA4_DEVICE Pick nth(int j, const FwdParams& p) const {
+    if (p.tail_units > 0 && j >= p.tail_round) {
+      // The k-th tile of this slot's share, and its part of the tile's blocks (32-bit: the
+      // host keeps (slots + 1) W below 2^31). All of it opaque: hoisted out of the tile loop,
+      // the share's bounds and the divisors' reciprocals held registers the whole loop long.
+      const u32 cta = block_index_x_fresh(), slots = opaque(gridDim.x / pair), c = cta / pair;
+      const u32 n = opaque((u32)p.tail_blocks);
+      const int k = j - p.tail_round;
+      const u32 w = (u32)p.tail_units * n;
+      const u32 b0 = c * w / slots, b1 = (c + 1) * w / slots;
+      const u32 x0 = (b0 / n + (u32)k) * n;
+      if (x0 >= b1) return {count, 0, 0, k};
+      const int tile = (p.tail_round * (int)slots + (int)(x0 / n)) * pair + (int)(cta % pair);
+      return {tile, (int)(max(b0, x0) - x0), (int)min(b1 - x0, n), k};
+    }
     if (pair == 2) {
       const int n = (int)gridDim.x / 2, c = (int)blockIdx.x / 2;
-      return 2 * (j * n + ((j & 1) ? n - 1 - c : c)) + (int)(blockIdx.x & 1);
+      return {2 * (j * n + ((j & 1) ? n - 1 - c : c)) + (int)(blockIdx.x & 1), 0, 0, -1};
     }
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    return j * (int)gridDim.x + b;
+    return {j * (int)gridDim.x + b, 0, 0, -1};
   }
-  FA4_DEVICE Tile at(int tile, const FwdParams& p) const {
+  FA4_DEVICE Tile at(Pick pick, const FwdParams& p) const {
     Tile w;
+    int tile = pick.tile;
     // Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q blocks
     // first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest (tile
     // = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
@@ -310,7 +345,20 @@ struct Tiles {
         w.n_skip = max(pair_hi - w.n_hi, 0);
       }
     }
+    // A tail item: the part [v0, v1) of the tile's blocks.
+    if (pick.k >= 0) {
+      w.n_hi -= pick.v0;
+      w.n_blocks = pick.v1 - pick.v0;
+    }
     return w;
+  }
+  // Whether a pick is one of a tile's two parts: -1 if not; else (its tail tile t) t << 2,
+  // | 1 where it is not the first tile of this CTA's share, | 2 where it starts inside the tile
+  // (the other part is then the previous slot's, else the next slot's). Not kept in the Tile:
+  // the consumer works it out again at the tile's end rather than hold it through the loop.
+  FA4_DEVICE static int part(Pick pick, const FwdParams& p) {
+    if (pick.k < 0 || pick.v1 - pick.v0 == p.tail_blocks) return -1;
+    return (pick.tile - p.tail_round * (int)gridDim.x) << 2 | (pick.v0 > 0 ? 2 : 0) | (pick.k > 0 ? 1 : 0);
   }
 };
 
@@ -587,8 +635,9 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
       };
       int it = 0;  // K/V blocks loaded so far, across tiles: the ring position
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
-      for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
-        const Tile w = tiles.at(tile, p);
+      // (The loop in this form: picking at its top instead cost the producer spills.)
+      for (int r = 0, tile = tiles.nth(0, p).tile; tile < tiles.count; tile = tiles.nth(++r, p).tile) {
+        const Tile w = tiles.at(tiles.nth(r, p), p);
         if (kVarlen && !w.runs()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
@@ -766,7 +815,10 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
   };
 
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
-  auto epilogue = [&](const Tile& w, u32 j) {
+  // `ov(i, e)`: the value of accumulator o[i][e] to store (a split tile's second part merges
+  // the other part's in as it stores, element by element: merged all at once beforehand, the
+  // two parts' O took twice the accumulators' registers, and ptxas spilled at d 256).
+  auto epilogue = [&](const Tile& w, u32 j, auto ov) {
     if constexpr (kDirectO) {
       // Each thread's two rows as 8-byte stores of 4 columns: a thread holds 2 columns of
       // each n8 group; lanes t and t ^ 1 swap one group of a pair (even t keeps group i,
@@ -783,8 +835,8 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
 #pragma unroll
         for (int i = 0; i < kOT; i += 2)
           if (i * 8 < kDv) {  // (dv is a multiple of 16: a pair is stored whole or not at all)
-            const u32 a = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
-            const u32 b = Elem::pack2(o[i + 1][2 * h] * inv[h], o[i + 1][2 * h + 1] * inv[h]);
+            const u32 a = Elem::pack2(ov(i, 2 * h) * inv[h], ov(i, 2 * h + 1) * inv[h]);
+            const u32 b = Elem::pack2(ov(i + 1, 2 * h) * inv[h], ov(i + 1, 2 * h + 1) * inv[h]);
             const u32 got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
             u16* dst = out + (odd ? (i + 1) * 8 - 2 : i * 8);
             if (in_seq)
@@ -811,7 +863,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
       for (int i = 0; i < kOT; ++i) {
         const int col = i * 8 + 2 * et;
         const u32 addr = sOt + (col / 64) * kQChunk + sw128_offset(r, col % 64);
-        const u32 v = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
+        const u32 v = Elem::pack2(ov(i, 2 * h) * inv[h], ov(i, 2 * h + 1) * inv[h]);
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
       }
       if (kWriteLse && et == 0 && w.m0 + r < w.rows) store_lse(w, r, lse[h]);
@@ -843,6 +895,43 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
     }
   };
 
+  // The split tail's parts: a tile computed in two parts (Tiles::part) by two CTAs is stored
+  // once. Each part's consumers write their O accumulators and row state, unnormalised, to the
+  // part's workspace entry, a warp's registers as 512-byte lines (the other CTA's thread in the
+  // same place reads them: the layouts match), then count themselves in on the tile's counter;
+  // the consumer that arrives second merges the other part into its own and stores the tile.
+  // Entries: CTA b's part in its share's first tile is entry 2 b, in its last 2 b + 1; the other
+  // part of a tile a share starts inside is the previous slot's last, of one it ends inside
+  // the next slot's first.
+  // (From a fresh thread index: the consumer's warp and lane kept live until a tile's end
+  // spilled in the d 256 kernels.)
+  auto part_lines = [&](int entry) {
+    const int tf = (int)thread_index_fresh() - 128;  // consumer c's warp w: (4 c + w) * 32 + lane
+    return reinterpret_cast<float4*>(p.o_partial) + ((i64)entry * kConsumers * 4 + tf / 32) * (kOT + 1) * 32 + tf % 32;
+  };
+  float mine_f[2], their_f[2];  // a merging part's factors for its O and the other's, per row
+  auto other_entry = [&](int part) {
+    return part & 2 ? 2 * ((int)blockIdx.x - tiles.pair) + 1 : 2 * ((int)blockIdx.x + tiles.pair);
+  };
+  auto merge_parts = [&](int part) -> bool {
+    float4* mine = part_lines(2 * (int)blockIdx.x + (part & 1));
+#pragma unroll
+    for (int i = 0; i < kOT; ++i) __stcg(mine + 32 * i, make_float4(o[i][0], o[i][1], o[i][2], o[i][3]));
+    __stcg(mine + 32 * kOT, make_float4(softmax.row_max[0][0], softmax.row_max[0][1], softmax.row_sum[0][0], softmax.row_sum[0][1]));
+    __threadfence();  // the part is visible before the count says so
+    named_barrier_sync(1 + cons, 128);
+    int arrived = 0;
+    if (warp == 0 && lane == 0) arrived = atomicAdd(p.tail_counters + (part >> 2) * kConsumers + cons, 1);
+    if (!named_barrier_or(1 + cons, 128, arrived != 0)) return false;  // first: the other part stores
+    __threadfence();
+    const float4* theirs = part_lines(other_entry(part));
+    const float4 st = __ldcg(theirs + 32 * kOT);
+    const float m[1][2] = { {st.x, st.y} }, l[1][2] = { {st.z, st.w} };
+    float a[1][2], b[1][2];
+    softmax.merge(m, l, scale_log2, a, b);
+    mine_f[0] = a[0][0], mine_f[1] = a[0][1], their_f[0] = b[0][0], their_f[1] = b[0][1];
+    return true;
+  };
   // The tiles, in the producer's order: `j` counts this CTA's tiles with rows or a ghost's
   // part (varlen: a shorter sequence's tail Q blocks have none; the producer skips them too), `it` the K/V
   // blocks consumed so far (the ring position). Chained tiles (kChainTiles): a tile's last
@@ -858,8 +947,8 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
   static_assert(!(kChainTiles && kPairs && kMask == MaskKind::Causal),
                 "chained tiles start a tile's blocks in the tile before its partner's extra ones: no causal pairs");
   auto next_tile = [&](int& r, Tile& w) -> bool {
-    for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
-      w = tiles.at(tile, p);
+    for (int tile = tiles.nth(r, p).tile; tile < tiles.count; tile = tiles.nth(++r, p).tile) {
+      w = tiles.at(tiles.nth(r, p), p);  // (the producer's loop form: see there)
       if (!kVarlen || w.runs()) return true;
     }
     return false;
@@ -943,8 +1032,12 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
     if constexpr (kSeparateO || kDirectO) warp_arrive(bar.q_empty(qb));
     int rn = r + 1;
     Tile wn;
-    const bool have_next = next_tile(rn, wn);
-    head_done = kChainTiles && w.n_blocks > 0 && have_next && wn.n_blocks > 0;
+    // The next tile after the epilogue (split tails do not chain), whose merge has no registers
+    // to spare for it; and whether this tile is one of two parts.
+    bool have_next = false;
+    const int part = Tiles::part(tiles.nth(r, p), p);  // (r: this tile's turn)
+    head_done = false;
+
     // (Each path one straight run of GEMMs and waits: a wgmma issued on one path only made
     // ptxas serialise every wgmma of the kernel.)
     const int last = it % kStages;
@@ -975,11 +1068,21 @@ fa4gen_fwd_sm90_wgmma_fp16_d256x256_m128n64_q1(const __grid_constant__ FwdParams
       fence_regs(o);
       release_kv(bar.empty_v(last));
       ++it;
-      finish_rows(w);
+    }
+    // Of a split tile's two parts the first to finish leaves the store to the second, whose
+    // epilogue merges the other part's O in as it stores (one epilogue for both: two copies
+    // spilled at d 256).
+    const bool merging = part >= 0 && merge_parts(part);
+    if (part >= 0 && !merging) {
+      if constexpr (!kSeparateO && !kDirectO) warp_arrive(bar.q_empty(j % kQBufs));  // the epilogue's release of the Q buffer, without its store
     } else {
       finish_rows(w);
+      const float* theirs = reinterpret_cast<const float*>(part_lines(merging ? other_entry(part) : 0));
+      epilogue(w, j, [&](int i, int e) {
+        return merging ? o[i][e] * mine_f[e / 2] + __ldcg(theirs + 4 * 32 * i + e) * their_f[e / 2] : o[i][e];
+      });
     }
-    epilogue(w, j);
+    have_next = next_tile(rn, wn);
     if (head_done) zero_o();
     w = wn;
     r = rn;

@@ -26,6 +26,20 @@ fn split_workspace(p: &Problem, splits: u32) -> (usize, usize) {
     ((o + rows) * 4, o)
 }
 
+/// (counter bytes, total bytes) of the split tail's workspace for `grid` CTAs: an int32
+/// arrival counter per (tail tile, consumer warpgroup), fewer than 2 grid tail tiles, then two
+/// part entries per CTA, each a warp's O accumulators and row state as 512-byte lines
+/// (fwd_sm90.cu `part_lines`).
+fn tail_workspace(spec: &KernelSpec, grid: u32) -> (usize, usize) {
+    let consumers = (spec.tile_m / 64) as usize;
+    let counters = (2 * grid as usize * consumers * 4).next_multiple_of(256);
+    let lines = spec.geometry().dv_pad as usize / 8 + 1;
+    (
+        counters,
+        counters + 2 * grid as usize * consumers * 4 * lines * 512,
+    )
+}
+
 /// A loaded kernel: its function handle (keeping its module alive) and launch geometry.
 struct Loaded {
     func: CudaFunction,
@@ -40,6 +54,18 @@ struct Loaded {
 /// Threads of the combine kernel: one warp per (query, head), 4 per CTA.
 const COMBINE_THREADS: u32 = 128;
 const COMBINE_ROWS_PER_CTA: u32 = 4;
+
+/// Scratch bytes the selected kernel needs: split-KV's partials, or the split tail's (sized
+/// for the grid before the pairs' clamp, which only shrinks it).
+fn workspace_need(p: &Problem, sel: &Selection) -> usize {
+    if sel.num_splits > 1 {
+        split_workspace(p, sel.num_splits).0
+    } else if sel.split_tail {
+        tail_workspace(&sel.spec, sel.grid.0).1
+    } else {
+        0
+    }
+}
 
 /// A split-KV workspace owned by the handle, one per stream (kernels on different streams may
 /// run at once), grown on demand and reused: no allocation on the hot path.
@@ -292,21 +318,28 @@ impl FlashAttention {
         Ok(k)
     }
 
-    /// Bytes of split-KV scratch a problem needs (0 when selection does not split it): fp32
-    /// partial O `(splits, total_q, H, Dv)` then partial LSE `(splits, <the LSE's layout>)`.
+    /// Bytes of scratch a problem needs (0 when selection neither splits K nor the schedule's
+    /// tail): split-KV's fp32 partial O `(splits, total_q, H, Dv)` then partial LSE `(splits,
+    /// <the LSE's layout>)`; the split tail's counters and tile parts.
     pub fn workspace_bytes(&self, problem: &Problem) -> Result<usize, Error> {
         let (_, sel) = self.plan(problem)?;
-        Ok(split_workspace(problem, sel.num_splits).0)
+        Ok(workspace_need(problem, &sel))
     }
 
-    /// The handle's workspace for `stream`, at least `bytes` long.
-    fn workspace_for(&self, stream: sys::CUstream, bytes: usize) -> Result<u64, Error> {
+    /// The handle's workspace for `stream`, at least `bytes` long. `optional`: while the stream
+    /// is being captured and none is big enough, `None` (the caller runs without), not an error.
+    fn workspace_for(
+        &self,
+        stream: sys::CUstream,
+        bytes: usize,
+        optional: bool,
+    ) -> Result<Option<u64>, Error> {
         let mut ws = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
         let key = stream as usize;
         if let Some(w) = ws.get(&key)
             && w.bytes >= bytes
         {
-            return Ok(w.ptr);
+            return Ok(Some(w.ptr));
         }
         let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: queries the capture state of the caller's stream.
@@ -314,6 +347,9 @@ impl FlashAttention {
             .result()
             .call("cuStreamIsCapturing")?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+            if optional {
+                return Ok(None);
+            }
             return Err(Error::invalid(
                 "workspace",
                 format!("{bytes} bytes needed while the stream is being captured"),
@@ -334,7 +370,7 @@ impl FlashAttention {
         // SAFETY: the context is current (bound by the caller).
         let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes) }.call("cuMemAlloc")?;
         ws.insert(key, Workspace { ptr, bytes });
-        Ok(ptr)
+        Ok(Some(ptr))
     }
 
     /// Run attention on raw device pointers on `stream`.
@@ -353,7 +389,8 @@ impl FlashAttention {
     ) -> Result<(), Error> {
         let (v, sel) = self.plan(problem)?;
         check_pointers(problem, &ptrs, true)?;
-        let (ws_bytes, o_part_elems) = split_workspace(problem, sel.num_splits);
+        let (_, o_part_elems) = split_workspace(problem, sel.num_splits);
+        let ws_bytes = workspace_need(problem, &sel);
         if ptrs.workspace != 0
             && (!ptrs.workspace.is_multiple_of(16) || ptrs.workspace_bytes < ws_bytes)
         {
@@ -390,7 +427,8 @@ impl FlashAttention {
             let ws = if ptrs.workspace != 0 {
                 ptrs.workspace
             } else {
-                self.workspace_for(stream, ws_bytes)?
+                self.workspace_for(stream, ws_bytes, false)?
+                    .ok_or_else(|| Error::invalid("workspace", "none", "a split-KV workspace"))?
             };
             set_partials(&mut params, problem, ws, ws + (o_part_elems * 4) as u64);
         }
@@ -402,6 +440,41 @@ impl FlashAttention {
             grid.0 = grid.0.min(super::cluster::PAIR * kernel.max_pairs);
         }
         // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
+        // The split tail, planned for the grid launched; its counters zeroed on the stream.
+        let pair = if pairs {
+            super::cluster::PAIR as usize
+        } else {
+            1
+        };
+        let tail = if sel.split_tail {
+            select::tail_plan(
+                sel.tiles / pair,
+                grid.0 as usize / pair,
+                problem.seqlen_k.div_ceil(sel.spec.tile_n as usize),
+            )
+        } else {
+            None
+        };
+        if let Some((round, units)) = tail {
+            let ws = if ptrs.workspace != 0 {
+                Some(ptrs.workspace)
+            } else {
+                self.workspace_for(stream, ws_bytes, true)?
+            };
+            if let Some(ws) = ws {
+                let (counter_bytes, _) = tail_workspace(&sel.spec, grid.0);
+                // SAFETY: the workspace holds at least ws_bytes >= the counters' bytes (checked
+                // above for the caller's; allocated so for the handle's).
+                unsafe { sys::cuMemsetD32Async(ws, 0, counter_bytes / 4, stream) }
+                    .result()
+                    .call("cuMemsetD32Async")?;
+                params.tail_counters = ws;
+                params.o_partial = ws + counter_bytes as u64;
+                params.tail_round = round as i32;
+                params.tail_units = units as i32;
+                params.tail_blocks = problem.seqlen_k.div_ceil(sel.spec.tile_n as usize) as i32;
+            }
+        }
         let maps = match sel.spec.imp {
             Impl::Wgmma => Some(super::tma::maps(
                 &sel.spec, problem, pairs, ptrs.q, ptrs.k, ptrs.v, ptrs.o,

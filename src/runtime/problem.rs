@@ -99,6 +99,12 @@ pub struct Problem {
     /// kernel and an even number of Q blocks (causal: in whole, even runs) allow;
     /// `Some(false)`: never. For tuning.
     pub cta_pairs: Option<bool>,
+    /// Deal the last round of the sm90 flagship's persistent schedule as equal shares of K
+    /// blocks, merging tiles split between two CTAs (`KernelSpec::wgmma_split_tail`). `None`:
+    /// fa4gen's default (where whole tiles would leave 1%+ of the call idle,
+    /// [`split_tail_pays`](crate::select::split_tail_pays)); `Some(true)`: wherever the kernel
+    /// and the grid allow; `Some(false)`: never. For tuning and tests.
+    pub split_tail: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
     pub v_strides: Strides,
@@ -145,6 +151,7 @@ impl Problem {
             pack_gqa: None,
             tile_mn: None,
             cta_pairs: None,
+            split_tail: None,
             q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),

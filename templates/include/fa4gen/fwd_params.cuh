@@ -22,6 +22,7 @@ struct FwdParams {
   const float* sinks;       // sink: (H) logits, natural-log units, not scaled
   float* o_partial;         // split: (splits, rows, H, Dv) fp32, normalised per split
   float* lse_partial;       // split: (splits, <LSE layout>) fp32
+  int* tail_counters;       // split tail: arrivals per (tail tile, consumer), zero at launch; o_partial: the parts
 
   i64 q_batch_stride, q_row_stride, q_head_stride;
   i64 k_batch_stride, k_row_stride, k_head_stride;
@@ -36,6 +37,7 @@ struct FwdParams {
   int window_left, window_right;  // Local kernels; an unbounded side is seqlen_q + seqlen_k
   int page_size;                  // paged: keys per page
   int num_splits;                 // split: K ranges (gridDim.z = batch * num_splits)
+  int tail_round, tail_units, tail_blocks;  // split tail (tail_units > 0): its first round, units, blocks per tile
   float scale_log2;               // exp2 multiplier of a score: scale*log2(e), or softcap*log2(e)
   float softcap_scale;            // softcap: scale / softcap; the score is tanh(qk * softcap_scale)
 };

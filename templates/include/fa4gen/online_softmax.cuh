@@ -103,6 +103,23 @@ struct OnlineSoftmax {
 #pragma unroll
       for (int h = 0; h < 2; ++h) row_sum[mt][h] += sums[mt][h];
   }
+  // Fold in another state of the same rows over other keys (this thread's share of it: each
+  // row's running max and sum share, e.g. another CTA's part of a split tile): afterwards the
+  // state covers both, and a / b are the factors this part's and the other's O accumulators
+  // take. A row that saw no key in one part (max -inf) gets factor 0 there.
+  FA4_DEVICE void merge(const float (&m)[MT][2], const float (&l)[MT][2], float scale_log2, float (&a)[MT][2],
+                        float (&b)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float mx = fmaxf(row_max[mt][h], m[mt][h]);
+        a[mt][h] = row_max[mt][h] == neg_inf() ? 0.f : fast_exp2((row_max[mt][h] - mx) * scale_log2);
+        b[mt][h] = m[mt][h] == neg_inf() ? 0.f : fast_exp2((m[mt][h] - mx) * scale_log2);
+        row_max[mt][h] = mx;
+        row_sum[mt][h] = row_sum[mt][h] * a[mt][h] + l[mt][h] * b[mt][h];
+      }
+  }
   // Some row of this thread has seen no key yet.
   FA4_DEVICE bool any_row_empty() const {
     bool empty = false;

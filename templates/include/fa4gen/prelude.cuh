@@ -30,6 +30,11 @@ FA4_DEVICE u32 thread_index_fresh() {
   asm volatile("mov.u32 %0, %%tid.x;" : "=r"(r));
   return r;
 }
+FA4_DEVICE u32 block_index_x_fresh() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(r));
+  return r;
+}
 FA4_DEVICE u32 block_index_y_fresh() {
   u32 r;
   asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(r));

@@ -23,5 +23,16 @@ FA4_DEVICE void named_barrier_sync(int id, int threads) {
 FA4_DEVICE void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// named_barrier_sync that also returns whether `pred` held in any of the `threads` threads:
+// one thread's finding (e.g. an atomic's result) reaches its warpgroup without shared memory.
+FA4_DEVICE bool named_barrier_or(int id, int threads, bool pred) {
+  u32 any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(any)
+      : "r"((u32)pred), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
 
 }  // namespace fa4

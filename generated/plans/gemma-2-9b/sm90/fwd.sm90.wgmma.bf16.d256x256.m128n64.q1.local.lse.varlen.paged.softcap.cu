@@ -74,6 +74,11 @@ static_assert(!kPairs || (kMask != MaskKind::Local && !kPaged && !kPackGqa),
 // recomputes its block's scores (warp_qk) and takes the exact update.
 constexpr bool kStaleMax = false;
 static_assert(!(kStaleMax && kSoftcap), "the stale exponentials and their recompute read raw scores: no softcap");
+// The split tail (KernelSpec::wgmma_split_tail): on at run time where the host passes
+// p.tail_counters (zeroed) and p.o_partial (the parts) and the grid does not divide the tiles.
+constexpr bool kSplitTail = false;
+static_assert(!kSplitTail || (kMask == MaskKind::None && !kVarlen && !kPaged && !kPackGqa),
+              "the split tail deals equal tiles: unmasked, dense, unpacked");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -122,7 +127,7 @@ static_assert(kThreads == 384 && kSmemBytes == 197712, "layout differs from Kern
 static_assert(kD % 16 == 0 && kDvPad == 256 && kTileN % 16 == 0, "tiles the wgmma layouts cannot hold");
 constexpr int kCtasPerSm = 1;  // 2: one consumer's CTAs take turns at the tensor cores
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 / kCtasPerSm, "register pool overcommitted");
-static_assert(sizeof(FwdParams) == 288, "FwdParams differs from its Rust twin");
+static_assert(sizeof(FwdParams) == 312, "FwdParams differs from its Rust twin");
 
 // The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
 // packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages — or, with
@@ -207,11 +212,17 @@ struct Tile {
 // DRAM once, not once per Q block; packed GQA at d > 64: runs of G, the Q blocks that
 // unpacked would be one head's tile of G x kTileM queries). The m_blocks % run lowest blocks
 // follow the whole runs in the plain masked order, so no tile is empty.
+// What a CTA takes in its r-th turn: a tile, and, in the split tail (k >= 0: its k-th item of
+// the tail), the tile's visited blocks [v0, v1) (in the visiting order, last block first).
+struct Pick {
+  int tile, v0, v1, k;
+};
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
+  static constexpr int pair = 1;
   static constexpr int kRun = -1;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
@@ -237,12 +248,20 @@ struct Tiles {
   // The tile of this CTA's round j (>= count: none). In pairs the snake runs over the
   // clusters and a cluster takes tiles 2i and 2i + 1, one per rank (the host launches pairs
   // only where m_blocks is even: the two are Q blocks of one head, and count is even).
-  FA4_DEVICE int nth(int j) const {
+  //
+  // The split tail (p.tail_units > 0; the host's plan, select.rs `tail_plan`): the
+  // schedule's units (tiles; in pairs, a cluster's two) go whole to the slots (CTAs, or
+  // clusters) for p.tail_round rounds, then the last p.tail_units as equal shares of their
+  // W = tail_units * tail_blocks K blocks: slot c takes blocks [c W / slots, (c + 1) W / slots)
+  // in unit order, a tile's in its visiting order. A share holds at least a tile's blocks, so a
+  // tile has at most two parts: the end of one slot's share and the start of the next one's.
+  FA4_DEVICE Pick nth(int j, const FwdParams& p) const {
     const int b = (j & 1) ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    return j * (int)gridDim.x + b;
+    return {j * (int)gridDim.x + b, 0, 0, -1};
   }
-  FA4_DEVICE Tile at(int tile, const FwdParams& p) const {
+  FA4_DEVICE Tile at(Pick pick, const FwdParams& p) const {
     Tile w;
+    int tile = pick.tile;
     // Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q blocks
     // first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest (tile
     // = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
@@ -549,8 +568,9 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_varlen_paged_softcap(co
       };
       int it = 0;  // K/V blocks loaded so far, across tiles: the ring position
       int j = 0;   // tiles loaded so far: Q buffer j % kQBufs, its barriers' phase (j / kQBufs) & 1
-      for (int r = 0, tile = tiles.nth(0); tile < tiles.count; tile = tiles.nth(++r)) {
-        const Tile w = tiles.at(tile, p);
+      // (The loop in this form: picking at its top instead cost the producer spills.)
+      for (int r = 0, tile = tiles.nth(0, p).tile; tile < tiles.count; tile = tiles.nth(++r, p).tile) {
+        const Tile w = tiles.at(tiles.nth(r, p), p);
         if (kVarlen && !w.runs()) continue;
         // Tile j's Q buffer is free once the consumers are done with tile j - kQBufs's Q (and,
         // where O is staged there, its store, which needs every V of that tile: all issued).
@@ -727,7 +747,10 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_varlen_paged_softcap(co
   };
 
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
-  auto epilogue = [&](const Tile& w, u32 j) {
+  // `ov(i, e)`: the value of accumulator o[i][e] to store (a split tile's second part merges
+  // the other part's in as it stores, element by element: merged all at once beforehand, the
+  // two parts' O took twice the accumulators' registers, and ptxas spilled at d 256).
+  auto epilogue = [&](const Tile& w, u32 j, auto ov) {
     if constexpr (kDirectO) {
       // Each thread's two rows as 8-byte stores of 4 columns: a thread holds 2 columns of
       // each n8 group; lanes t and t ^ 1 swap one group of a pair (even t keeps group i,
@@ -744,8 +767,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_varlen_paged_softcap(co
 #pragma unroll
         for (int i = 0; i < kOT; i += 2)
           if (i * 8 < kDv) {  // (dv is a multiple of 16: a pair is stored whole or not at all)
-            const u32 a = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
-            const u32 b = Elem::pack2(o[i + 1][2 * h] * inv[h], o[i + 1][2 * h + 1] * inv[h]);
+            const u32 a = Elem::pack2(ov(i, 2 * h) * inv[h], ov(i, 2 * h + 1) * inv[h]);
+            const u32 b = Elem::pack2(ov(i + 1, 2 * h) * inv[h], ov(i + 1, 2 * h + 1) * inv[h]);
             const u32 got = __shfl_xor_sync(0xffffffffu, odd ? a : b, 1);
             u16* dst = out + (odd ? (i + 1) * 8 - 2 : i * 8);
             if (in_seq)
@@ -772,7 +795,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_varlen_paged_softcap(co
       for (int i = 0; i < kOT; ++i) {
         const int col = i * 8 + 2 * et;
         const u32 addr = sOt + (col / 64) * kQChunk + sw128_offset(r, col % 64);
-        const u32 v = Elem::pack2(o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]);
+        const u32 v = Elem::pack2(ov(i, 2 * h) * inv[h], ov(i, 2 * h + 1) * inv[h]);
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
       }
       if (kWriteLse && et == 0 && w.m0 + r < w.rows) store_lse(w, r, lse[h]);
@@ -819,8 +842,8 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_varlen_paged_softcap(co
   static_assert(!(kChainTiles && kPairs && kMask == MaskKind::Causal),
                 "chained tiles start a tile's blocks in the tile before its partner's extra ones: no causal pairs");
   auto next_tile = [&](int& r, Tile& w) -> bool {
-    for (int tile = tiles.nth(r); tile < tiles.count; tile = tiles.nth(++r)) {
-      w = tiles.at(tile, p);
+    for (int tile = tiles.nth(r, p).tile; tile < tiles.count; tile = tiles.nth(++r, p).tile) {
+      w = tiles.at(tiles.nth(r, p), p);  // (the producer's loop form: see there)
       if (!kVarlen || w.runs()) return true;
     }
     return false;
@@ -898,6 +921,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_varlen_paged_softcap(co
     Tile wn;
     const bool have_next = next_tile(rn, wn);
     head_done = kChainTiles && w.n_blocks > 0 && have_next && wn.n_blocks > 0;
+
     // (Each path one straight run of GEMMs and waits: a wgmma issued on one path only made
     // ptxas serialise every wgmma of the kernel.)
     const int last = it % kStages;
@@ -932,7 +956,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_varlen_paged_softcap(co
     } else {
       finish_rows(w);
     }
-    epilogue(w, j);
+    epilogue(w, j, [&](int i, int e) { return o[i][e]; });
     if (head_done) zero_o();
     w = wn;
     r = rn;
