@@ -749,10 +749,16 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n128_q1_local_packgqa(const __grid_constan
   };
 
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
-  // `ov(i, e)`: the value of accumulator o[i][e] to store (a split tile's second part merges
-  // the other part's in as it stores, element by element: merged all at once beforehand, the
-  // two parts' O took twice the accumulators' registers, and ptxas spilled at d 256).
-  auto epilogue = [&](const Tile& w, u32 j, auto ov) {
+  // `theirs`: null, or (the split tail) the other part's O, which a tile's second part merges
+  // in as it stores, element by element (merged all at once beforehand, the two parts' O took
+  // twice the accumulators' registers, and ptxas spilled at d 256).
+  float mine_f[2], their_f[2];  // a merging part's factors for its O and the other's, per row
+  auto epilogue = [&](const Tile& w, u32 j, const float* theirs) {
+    // The value of accumulator o[i][e] to store.
+    auto ov = [&](int i, int e) -> float {
+      if (kSplitTail && theirs != nullptr) return o[i][e] * mine_f[e / 2] + __ldcg(theirs + 4 * 32 * i + e) * their_f[e / 2];
+      return o[i][e];
+    };
     if constexpr (kDirectO) {
       // Each thread's two rows as 8-byte stores of 4 columns: a thread holds 2 columns of
       // each n8 group; lanes t and t ^ 1 swap one group of a pair (even t keeps group i,
@@ -958,7 +964,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n128_q1_local_packgqa(const __grid_constan
     } else {
       finish_rows(w);
     }
-    epilogue(w, j, [&](int i, int e) { return o[i][e]; });
+    epilogue(w, j, nullptr);
     if (head_done) zero_o();
     w = wn;
     r = rn;

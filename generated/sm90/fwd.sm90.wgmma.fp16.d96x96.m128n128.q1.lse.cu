@@ -778,10 +778,16 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n128_q1_lse(const __grid_constant__ FwdPar
   };
 
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
-  // `ov(i, e)`: the value of accumulator o[i][e] to store (a split tile's second part merges
-  // the other part's in as it stores, element by element: merged all at once beforehand, the
-  // two parts' O took twice the accumulators' registers, and ptxas spilled at d 256).
-  auto epilogue = [&](const Tile& w, u32 j, auto ov) {
+  // `theirs`: null, or (the split tail) the other part's O, which a tile's second part merges
+  // in as it stores, element by element (merged all at once beforehand, the two parts' O took
+  // twice the accumulators' registers, and ptxas spilled at d 256).
+  float mine_f[2], their_f[2];  // a merging part's factors for its O and the other's, per row
+  auto epilogue = [&](const Tile& w, u32 j, const float* theirs) {
+    // The value of accumulator o[i][e] to store.
+    auto ov = [&](int i, int e) -> float {
+      if (kSplitTail && theirs != nullptr) return o[i][e] * mine_f[e / 2] + __ldcg(theirs + 4 * 32 * i + e) * their_f[e / 2];
+      return o[i][e];
+    };
     if constexpr (kDirectO) {
       // Each thread's two rows as 8-byte stores of 4 columns: a thread holds 2 columns of
       // each n8 group; lanes t and t ^ 1 swap one group of a pair (even t keeps group i,
@@ -872,7 +878,6 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n128_q1_lse(const __grid_constant__ FwdPar
     const int tf = (int)thread_index_fresh() - 128;  // consumer c's warp w: (4 c + w) * 32 + lane
     return reinterpret_cast<float4*>(p.o_partial) + ((i64)entry * kConsumers * 4 + tf / 32) * (kOT + 1) * 32 + tf % 32;
   };
-  float mine_f[2], their_f[2];  // a merging part's factors for its O and the other's, per row
   auto other_entry = [&](int part) {
     return part & 2 ? 2 * ((int)blockIdx.x - tiles.pair) + 1 : 2 * ((int)blockIdx.x + tiles.pair);
   };
@@ -1032,10 +1037,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d96x96_m128n128_q1_lse(const __grid_constant__ FwdPar
       if constexpr (!kSeparateO && !kDirectO) warp_arrive(bar.q_empty(j % kQBufs));  // the epilogue's release of the Q buffer, without its store
     } else {
       finish_rows(w);
-      const float* theirs = reinterpret_cast<const float*>(part_lines(merging ? other_entry(part) : 0));
-      epilogue(w, j, [&](int i, int e) {
-        return merging ? o[i][e] * mine_f[e / 2] + __ldcg(theirs + 4 * 32 * i + e) * their_f[e / 2] : o[i][e];
-      });
+      epilogue(w, j, merging ? reinterpret_cast<const float*>(part_lines(other_entry(part))) : nullptr);
     }
     have_next = next_tile(rn, wn);
     if (head_done) zero_o();
