@@ -84,6 +84,15 @@ pub fn tail_plan(units: usize, slots: usize, blocks: usize) -> Option<(u32, u32)
     (work < 1 << 31).then_some(((units / slots - 1) as u32, tail as u32))
 }
 
+/// Keys from which unmasked calls at d >= 128 split the schedule's tail by default (with
+/// [`split_tail_pays`]). H200, B·S 16k, H·d 2048, sustained, three rounds, whole -> split
+/// (session 17): 16k d 128 707 -> 719 (+1.6%), d 192/128 736 -> 749 (+1.8%), d 256 743 ->
+/// 749 (+0.8%); but 4k d 128 662 -> 662, d 192/128 694 -> 701, d 256 698 -> 680 (-2.5%), and
+/// d 96 16k 534 -> 526 (-1.4%, within its rounds' spread). ncu: the SMs' idle share of the
+/// launch fell from 5% to 1-1.6% (max/mean active cycles per SM 1.032 -> 1.002); the clock,
+/// at the power cap, gives back much of the rest.
+pub const SPLIT_TAIL_MIN_KEYS: usize = 8192;
+
 /// Whether the split tail pays by default: the last round of whole tiles would leave at
 /// least 1% of the call's CTA time idle, counted in K blocks with one block more per share
 /// for a split tile's second Q load and its merge. H200, B·S 16k, H·d 2048 (2048 tiles of
@@ -413,11 +422,15 @@ pub fn select_with(
     let split_tail = spec.wgmma_split_tail()
         && match p.split_tail {
             Some(force) => force,
-            None => split_tail_pays(
-                tiles / pair,
-                grid.0 as usize / pair,
-                p.seqlen_k.div_ceil(spec.tile_n as usize),
-            ),
+            None => {
+                p.seqlen_k >= SPLIT_TAIL_MIN_KEYS
+                    && spec.d.max(spec.dv) >= 128
+                    && split_tail_pays(
+                        tiles / pair,
+                        grid.0 as usize / pair,
+                        p.seqlen_k.div_ceil(spec.tile_n as usize),
+                    )
+            }
         };
     Ok(Selection {
         spec,
@@ -1028,8 +1041,9 @@ mod tests {
         assert!(!split_tail_pays(2640 + 130, 132, 128)); // 21 + 130/132 rounds: 0.1% idle
     }
 
-    /// Selection splits the tail of long unmasked dense calls by default, not of masked,
-    /// varlen or chained-tile (d 64) ones, and `Problem::split_tail` forces it either way.
+    /// Selection splits the tail of long (8k+ keys) unmasked dense calls at d >= 128 by
+    /// default, not of masked, varlen or chained-tile (d 64) ones, and `Problem::split_tail`
+    /// forces it either way.
     #[test]
     fn split_tail_by_default_where_it_pays() {
         let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 16, 16, 128, 128);
@@ -1043,9 +1057,13 @@ mod tests {
         let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 32, 32, 64, 64);
         p.split_tail = Some(true);
         assert!(!sel(&p, &H200).split_tail, "d 64 chains its tiles");
-        // 2 x 33 x 4 tiles of 128 rows: 264 on 132 CTAs, no tail.
-        let p = Problem::new(DType::Bf16, 2, 4096, 4096, 33, 33, 128, 128);
-        let s = sel(&p, &H200);
-        assert!(s.split_tail == split_tail_pays(s.tiles / 2, 66, 32));
+        // 4k keys: whole by default (the 4k A/B lost at d 256), forced: split.
+        let mut p = Problem::new(DType::Bf16, 4, 4096, 4096, 16, 16, 128, 128);
+        assert!(!sel(&p, &H200).split_tail);
+        p.split_tail = Some(true);
+        assert!(sel(&p, &H200).split_tail);
+        // d 96 at 16k: whole by default.
+        let p = Problem::new(DType::Bf16, 1, 16384, 16384, 21, 21, 96, 96);
+        assert!(!sel(&p, &H200).split_tail);
     }
 }

@@ -101,7 +101,8 @@ pub struct Problem {
     pub cta_pairs: Option<bool>,
     /// Deal the last round of the sm90 flagship's persistent schedule as equal shares of K
     /// blocks, merging tiles split between two CTAs (`KernelSpec::wgmma_split_tail`). `None`:
-    /// fa4gen's default (where whole tiles would leave 1%+ of the call idle,
+    /// fa4gen's default (from [`SPLIT_TAIL_MIN_KEYS`](crate::select::SPLIT_TAIL_MIN_KEYS) keys
+    /// at d >= 128, where whole tiles would leave 1%+ of the call idle,
     /// [`split_tail_pays`](crate::select::split_tail_pays)); `Some(true)`: wherever the kernel
     /// and the grid allow; `Some(false)`: never. For tuning and tests.
     pub split_tail: Option<bool>,
