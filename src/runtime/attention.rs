@@ -439,7 +439,6 @@ impl FlashAttention {
         if pairs {
             grid.0 = grid.0.min(super::cluster::PAIR * kernel.max_pairs);
         }
-        // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
         // The split tail, planned for the grid launched; its counters zeroed on the stream.
         let pair = if pairs {
             super::cluster::PAIR as usize
@@ -475,6 +474,7 @@ impl FlashAttention {
                 params.tail_blocks = problem.seqlen_k.div_ceil(sel.spec.tile_n as usize) as i32;
             }
         }
+        // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
         let maps = match sel.spec.imp {
             Impl::Wgmma => Some(super::tma::maps(
                 &sel.spec, problem, pairs, ptrs.q, ptrs.k, ptrs.v, ptrs.o,
