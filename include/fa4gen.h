@@ -15,8 +15,9 @@
  * and key j of sequence b lives in page page_table[b * page_table_stride + j / page_size];
  * without seqused_k every sequence has seqlen_k keys. Sinks: fp32 (H) logits in the softmax
  * denominator. softcap > 0: scores c * tanh(scale * qk / c). num_splits: 1 unsplit, > 1 exactly
- * that many K ranges (<= 256), < 1 FA4's heuristic; split calls use a scratch workspace (see
- * fa4gen_workspace_bytes) that the handle keeps per stream unless the caller passes one.
+ * that many K ranges (<= 256), < 1 FA4's heuristic; split calls (and long unmasked calls on sm90,
+ * whose last round of tiles is split) use a scratch workspace (see fa4gen_workspace_bytes) that
+ * the handle keeps per stream unless the caller passes one.
  *
  * Every call validates its arguments completely before launching anything; a failed call
  * launches nothing and leaves a message for fa4gen_last_error(). No call ever unwinds or aborts
@@ -121,7 +122,10 @@ fa4gen_status fa4gen_forward_ext(fa4gen_handle* h, const fa4gen_problem* p, cons
                                  const void* v, void* out, float* lse, const fa4gen_seq_ptrs* extra,
                                  void* workspace, uint64_t workspace_bytes, void* stream);
 
-/* Bytes of split-KV workspace fa4gen_forward_ext needs for p (0 when it does not split). */
+/* Bytes of workspace fa4gen_forward_ext needs for p: split-KV's partials, or the sm90 flagship's
+ * split tail (counters and tile parts; long unmasked calls, see Problem::split_tail); 0 when
+ * neither applies. Without a workspace passed, the handle's own serves; during graph capture a
+ * split-tail call that finds none runs unsplit instead of failing. */
 fa4gen_status fa4gen_workspace_bytes(const fa4gen_handle* h, const fa4gen_problem* p, uint64_t* out);
 
 #ifdef __cplusplus
