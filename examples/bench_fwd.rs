@@ -168,17 +168,18 @@ fn problem_of(shape: &Shape, small: bool) -> Result<Call, String> {
         // Packed rows; with pages, packed queries and each sequence's key count (seqused_k:
         // FA4 takes no cu_seqlens_k with a page table).
         let paged = shape.page.is_some();
+        let total: usize = lens.iter().sum(); // b * s, or (ragged) at least 4 * s
         p.varlen = Some(runtime::Varlen {
-            total_q: Some(b * s),
-            total_k: (!paged).then_some(b * s),
+            total_q: Some(total),
+            total_k: (!paged).then_some(total),
             seqused_k: paged,
             ..Default::default()
         });
-        p.q_strides = runtime::Strides::contiguous(b * s, h, d);
-        p.o_strides = runtime::Strides::contiguous(b * s, h, dv);
+        p.q_strides = runtime::Strides::contiguous(total, h, d);
+        p.o_strides = runtime::Strides::contiguous(total, h, dv);
         if !paged {
-            p.k_strides = runtime::Strides::contiguous(b * s, hkv, d);
-            p.v_strides = runtime::Strides::contiguous(b * s, hkv, dv);
+            p.k_strides = runtime::Strides::contiguous(total, hkv, d);
+            p.v_strides = runtime::Strides::contiguous(total, hkv, dv);
         }
         let mut cu = vec![0i32];
         for &l in &lens {

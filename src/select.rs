@@ -110,11 +110,15 @@ pub fn split_tail_pays(units: usize, slots: usize, blocks: usize) -> bool {
 /// Mean query rows per sequence (total_q / batch, known when cu_seqlens_q is passed) from
 /// which varlen calls run in CTA pairs by default. A sequence with an odd number of Q blocks
 /// pairs its last one with a ghost that holds a CTA for that block's K range, about 64 / L
-/// of an L-row sequence's work on average (half the sequences, 128 / L each); pairs gained
-/// 2.2-2.5% at 16k and 1.1% at 4k on equal lengths (session 16, one round), so only long
-/// sequences pay for their ghosts. Ragged batches are not measured yet; until they are, the
-/// default waits for 8k rows on average (`Problem::cta_pairs` forces either way).
-pub const VARLEN_PAIRS_MIN_MEAN_ROWS: usize = 8192;
+/// of an L-row sequence's work on average (half the sequences, 128 / L each). H200, causal
+/// unless said, sustained, three rounds, alone -> pairs (session 18, `bench_fwd` `ragged`:
+/// lengths S, then uniform in [S/16, S]): S 16k, 10 sequences of mean 6.6k rows, 5 with odd
+/// block counts: d 128 557 -> 587 (+5.4%), full 610 -> 641 (+5.1%), d 192/128 591 -> 626
+/// (+5.9%), d 256 594 -> 626 (+5.4%); S 8k, mean 3.3k: d 128 535 -> 534; S 4k, mean 2.7k:
+/// d 192/128 560 -> 568 (+1.4%); equal lengths, 16k: d 128 645 -> 661 (+2.4%). No batch
+/// measured lost, so from 2k rows on average; below that, ghosts of short sequences are a
+/// larger share (`Problem::cta_pairs` forces either way).
+pub const VARLEN_PAIRS_MIN_MEAN_ROWS: usize = 2048;
 
 /// Whether a call's sequences pair by default as far as their query lengths go: dense calls
 /// and equal query lengths (no ghosts) yes; packed queries if their mean is long enough
@@ -661,11 +665,17 @@ mod tests {
         });
         assert!(sel(&p, &H200).pairs); // mean 16k rows
         p.varlen = Some(Varlen {
-            total_q: Some(2 * 4096),
+            total_q: Some(2 * 2048),
             total_k: Some(2 * 16384),
             ..Varlen::default()
         });
-        assert!(!sel(&p, &H200).pairs); // mean 4k rows: ghosts may cost more than pairs gain
+        assert!(sel(&p, &H200).pairs); // mean 2k rows (measured ragged batches gained)
+        p.varlen = Some(Varlen {
+            total_q: Some(2 * 2047),
+            total_k: Some(2 * 16384),
+            ..Varlen::default()
+        });
+        assert!(!sel(&p, &H200).pairs); // shorter: ghosts of short sequences weigh more
         p.cta_pairs = Some(true);
         assert!(sel(&p, &H200).pairs);
         p.cta_pairs = None;

@@ -356,7 +356,12 @@ impl FlashAttention {
                 "a split-KV workspace that exists before capture: run the shape once before capturing, or pass RawPtrs::workspace",
             ));
         }
+        // The first workspace as asked (whole MiB); one that grows at least doubles, so slowly
+        // growing shapes reallocate (and sync the stream) a logarithmic number of times.
+        // (A power of two throughout held 32 MiB for the split tail's 18 at d 128.)
+        let mut bytes = bytes.max(1).next_multiple_of(1 << 20);
         if let Some(old) = ws.remove(&key) {
+            bytes = bytes.max(2 * old.bytes);
             // SAFETY: the stream's earlier kernels may still read it: wait for them first.
             unsafe {
                 sys::cuStreamSynchronize(stream)
@@ -365,8 +370,6 @@ impl FlashAttention {
                 cudarc::driver::result::free_sync(old.ptr).call("cuMemFree")?;
             }
         }
-        // Round up so that slowly growing shapes do not reallocate each call.
-        let bytes = bytes.next_power_of_two().max(1 << 20);
         // SAFETY: the context is current (bound by the caller).
         let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes) }.call("cuMemAlloc")?;
         ws.insert(key, Workspace { ptr, bytes });
@@ -445,12 +448,9 @@ impl FlashAttention {
         } else {
             1
         };
+        let tail_blocks = problem.seqlen_k.div_ceil(sel.spec.tile_n as usize);
         let tail = if sel.split_tail {
-            select::tail_plan(
-                sel.tiles / pair,
-                grid.0 as usize / pair,
-                problem.seqlen_k.div_ceil(sel.spec.tile_n as usize),
-            )
+            select::tail_plan(sel.tiles / pair, grid.0 as usize / pair, tail_blocks)
         } else {
             None
         };
@@ -471,7 +471,7 @@ impl FlashAttention {
                 params.o_partial = ws + counter_bytes as u64;
                 params.tail_round = round as i32;
                 params.tail_units = units as i32;
-                params.tail_blocks = problem.seqlen_k.div_ceil(sel.spec.tile_n as usize) as i32;
+                params.tail_blocks = tail_blocks as i32; // (tail_plan kept it below 2^31)
             }
         }
         // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
