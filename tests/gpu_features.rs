@@ -462,6 +462,7 @@ fn run_case(
     let q_rows = bt.out_len / (h * c.dv).max(1);
     let (mut got, mut r_all, mut pt_all, mut lse_got, mut lse_ref) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut lse_at = Vec::new(); // (sequence, head, query) of each LSE checked
     for (s, &(sq, sk)) in c.seqs.iter().enumerate() {
         if sq == 0 {
             continue;
@@ -515,6 +516,7 @@ fn run_case(
                     (s * h + hh) * (q_rows / c.seqs.len()) + i
                 };
                 lse_got.push(lse[idx]);
+                lse_at.push((s, hh, i));
             }
         }
         lse_ref.extend(rl);
@@ -530,6 +532,29 @@ fn run_case(
         return Err(format!("lse[{i}] is NaN (unwritten)"));
     }
     let lse_rel = reference::check_lse(&lse_got, &lse_ref, 1e-3)?;
+    // FA4GEN_CASE_DETAIL=1: each case's errors and its worst LSE's place (what a worst number
+    // across a test cannot say).
+    if std::env::var_os("FA4GEN_CASE_DETAIL").is_some() {
+        let worst = (0..lse_got.len())
+            .filter(|&i| lse_ref[i].is_finite())
+            .max_by(|&a, &b| {
+                // check_lse's measure: relative, against 1 at most.
+                let e =
+                    |i: usize| (lse_got[i] as f64 - lse_ref[i]).abs() / lse_ref[i].abs().max(1.0);
+                e(a).total_cmp(&e(b))
+            });
+        if let Some(i) = worst {
+            let (s, hh, q) = lse_at[i];
+            println!(
+                "  {}: err/bound {:.3}, LSE rel {lse_rel:.2e}; worst LSE at sequence {s} {:?} head {hh} query {q}: {} vs {:.6}",
+                c.name(),
+                rep.err / rep.bound.max(f64::MIN_POSITIVE),
+                c.seqs[s],
+                lse_got[i],
+                lse_ref[i]
+            );
+        }
+    }
     Ok(Outcome {
         err_over_bound: if rep.bound > 0.0 {
             rep.err / rep.bound
