@@ -111,13 +111,13 @@ pub fn split_tail_pays(units: usize, slots: usize, blocks: usize) -> bool {
 /// which varlen calls run in CTA pairs by default. A sequence with an odd number of Q blocks
 /// pairs its last one with a ghost that holds a CTA for that block's K range, about 64 / L
 /// of an L-row sequence's work on average (half the sequences, 128 / L each). H200, causal
-/// unless said, sustained, three rounds, alone -> pairs (session 18, `bench_fwd` `ragged`:
-/// lengths S, then uniform in [S/16, S]): S 16k, 10 sequences of mean 6.6k rows, 5 with odd
-/// block counts: d 128 557 -> 587 (+5.4%), full 610 -> 641 (+5.1%), d 192/128 591 -> 626
-/// (+5.9%), d 256 594 -> 626 (+5.4%); S 8k, mean 3.3k: d 128 535 -> 534; S 4k, mean 2.7k:
-/// d 192/128 560 -> 568 (+1.4%); equal lengths, 16k: d 128 645 -> 661 (+2.4%). No batch
-/// measured lost, so from 2k rows on average; below that, ghosts of short sequences are a
-/// larger share (`Problem::cta_pairs` forces either way).
+/// unless said, sustained, medians of three rounds, TFLOP/s alone -> pairs (session 18,
+/// `bench_fwd` `ragged`: lengths S, then uniform in [S/16, S]): S 16k, 10 sequences of mean
+/// 6.6k rows, 5 with odd block counts: d 128 558 -> 586 (+4.9%), full 610 -> 640 (+4.9%),
+/// d 192/128 592 -> 630 (+6.4%), d 256 592 -> 628 (+6.0%); S 8k, mean 3.3k: d 128 534 ->
+/// 533; S 4k, mean 2.7k: d 192/128 560 -> 567 (+1.2%); equal lengths, 16k: d 128 645 ->
+/// 661 (+2.4%). No batch measured lost, so from 2k rows on average; below that, ghosts of
+/// short sequences are a larger share (`Problem::cta_pairs` forces either way).
 pub const VARLEN_PAIRS_MIN_MEAN_ROWS: usize = 2048;
 
 /// Whether a call's sequences pair by default as far as their query lengths go: dense calls
