@@ -8,7 +8,8 @@
 # or build B's kernels ahead as a plan staged in a folder of its own and name it, ROOT=.stage/b
 # (such a variant runs with FA4GEN_JIT=0: else the binary re-renders what differs from its own
 # templates and compiles that instead). BIN=<path> times a variant with another bench_fwd, e.g.
-# the baseline's own build where the kernels' parameters changed (with its own ROOT and manifest).
+# the baseline's own build where the kernels' parameters changed (with its own ROOT and manifest;
+# scripts/ab-baseline.sh <rev> <name> "<shapes>" builds both, into .stage/ab/<name>).
 # Prints a table and writes every line to $OUT/ab.txt (tagged ab-<variant>-<round>.jsonl, ab-sdpa-<round>).
 set -uo pipefail
 OUT=${OUT:-/tmp/fa4gen-out}
