@@ -320,6 +320,12 @@ pub fn check_oracle(
     }
 }
 
+/// An LSE's error as `check_lse` measures it: relative to the reference, or absolute where
+/// the reference is below 1 in magnitude.
+pub fn lse_error(lse: f32, reference: f64) -> f64 {
+    (lse as f64 - reference).abs() / reference.abs().max(1.0)
+}
+
 /// Compare an LSE with the f64 reference: -inf exactly where the reference is -inf, else within
 /// `rel` relative error (of max(|ref|, 1)). Returns the worst relative error, or an error text.
 pub fn check_lse(lse: &[f32], reference: &[f64], rel: f64) -> Result<f64, String> {
@@ -334,7 +340,7 @@ pub fn check_lse(lse: &[f32], reference: &[f64], rel: f64) -> Result<f64, String
         if !l.is_finite() {
             return Err(format!("lse[{i}] = {l}, want {r}"));
         }
-        let e = (l as f64 - r).abs() / r.abs().max(1.0);
+        let e = lse_error(l, r);
         worst = worst.max(e);
         if e > rel {
             return Err(format!("lse[{i}] = {l}, want {r} (relative error {e:.2e})"));

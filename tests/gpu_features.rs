@@ -538,9 +538,7 @@ fn run_case(
         let worst = (0..lse_got.len())
             .filter(|&i| lse_ref[i].is_finite())
             .max_by(|&a, &b| {
-                // check_lse's measure: relative, against 1 at most.
-                let e =
-                    |i: usize| (lse_got[i] as f64 - lse_ref[i]).abs() / lse_ref[i].abs().max(1.0);
+                let e = |i: usize| reference::lse_error(lse_got[i], lse_ref[i]);
                 e(a).total_cmp(&e(b))
             });
         if let Some(i) = worst {
