@@ -67,8 +67,9 @@ fn workspace_need(p: &Problem, sel: &Selection) -> usize {
     }
 }
 
-/// A split-KV workspace owned by the handle, one per stream (kernels on different streams may
-/// run at once), grown on demand and reused: no allocation on the hot path.
+/// A workspace (split-KV's partials or the split tail's) owned by the handle, one per stream
+/// (kernels on different streams may run at once), grown on demand and reused: no allocation
+/// on the hot path.
 struct Workspace {
     ptr: u64,
     bytes: usize,
