@@ -8,7 +8,8 @@
 //!        as selection decides, or as pack / nopack say), varlen (the batch as packed rows with
 //!        cu_seqlens, equal lengths; with pages, seqused_k), ragged (varlen with lengths S, then
 //!        uniform in [S/16, S] from a fixed generator, over the dense call's tokens or 4 S if
-//!        more; FLOPs per sequence), pageN (K/V as pages of N keys, in order), sink (a per-head sink logit)
+//!        more; FLOPs per sequence), pageN (K/V as pages of N keys, in order), sink (a per-head sink logit),
+//!        wN (a sliding window of N keys: window_size (N - 1, 0); FLOPs on the visible pairs)
 //!        bench_fwd <kernels root> --once d,s,causal  (one launch, for compute-sanitizer)
 //!        bench_fwd <kernels root> --one d,s,causal   (one launch at the benchmark shape, for ncu)
 //!        bench_fwd --stems d,s,causal ...   (the kernels the shapes select on the H200; no GPU)
@@ -39,11 +40,13 @@ struct Shape {
     sink: bool,
     /// GQA packing forced on or off (else selection decides).
     pack: Option<bool>,
+    /// A sliding window of this many keys, the query's own and those before it.
+    window: Option<usize>,
     /// The options as given (`g8,varlen`), empty for a dense call.
     tag: String,
 }
 
-/// `d,s,causal[,tile_m,tile_n][,gN][,varlen][,pageN][,sink]`
+/// `d,s,causal[,tile_m,tile_n][,gN][,varlen][,pageN][,sink][,wN]`
 fn parse_shape(arg: &str) -> Option<Shape> {
     let v: Vec<&str> = arg.split(',').collect();
     let d: usize = v.first()?.parse().ok()?;
@@ -73,6 +76,7 @@ fn parse_shape(arg: &str) -> Option<Shape> {
             "nopack" => shape.pack = Some(false),
             "sink" => shape.sink = true,
             o if o.starts_with('g') => shape.group = o[1..].parse().ok().filter(|&g| g > 0)?,
+            o if o.starts_with('w') => shape.window = Some(o[1..].parse().ok().filter(|&w| w > 0)?),
             o if o.starts_with("page") => {
                 shape.page = Some(o[4..].parse().ok().filter(|&p| p > 0)?)
             }
@@ -203,6 +207,9 @@ fn problem_of(shape: &Shape, small: bool) -> Result<Call, String> {
         seq_i32.push((0..(b * pps) as i32).collect());
     }
     p.sinks = shape.sink;
+    if let Some(w) = shape.window {
+        p.window = (Some(w as i64 - 1), Some(0));
+    }
     Ok(Call {
         problem: p,
         seq_i32,
@@ -419,11 +426,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let iters = times.len();
         times.sort_by(f64::total_cmp);
         let ms = times[iters / 2];
+        // Visible (query, key) pairs: all, half (causal), or under a window of w keys
+        // sum over queries of min(q + 1, w).
+        let pairs = |l: usize| -> f64 {
+            match shape.window {
+                Some(w) => {
+                    let head = l.min(w);
+                    (head * (head + 1) / 2 + (l - head) * w) as f64
+                }
+                None if causal => (l * l) as f64 / 2.0,
+                None => (l * l) as f64,
+            }
+        };
         let flops = lens
             .iter()
-            .map(|&l| 2.0 * h as f64 * (l * l) as f64 * (d + dv) as f64)
-            .sum::<f64>()
-            / if causal { 2.0 } else { 1.0 };
+            .map(|&l| 2.0 * h as f64 * pairs(l) * (d + dv) as f64)
+            .sum::<f64>();
         let (_, sel) = fa.plan(&p)?;
         let tag = &shape.tag;
         println!(
