@@ -148,11 +148,11 @@ mod tests {
             // sm90 adds the flagship, packed and unpacked, for every head dim, on two tiles
             // for d 64, 96 and 128 (`flagship_by_shape`: 192x128 or 128x160 for long
             // sequences, 128x128 for short) and for d 256 unmasked and causal (128x80 long,
-            // 128x64 short); packed local masks also on the narrow tiles (d 64: 192x64 and
-            // 128x64; d 96, 128: 128x64; d 192: 128x112 and 128x64; per dtype and LSE:
-            // 2 x 2 x (2 + 1 + 1 + 2) = 24).
+            // 128x64 short); packed local masks also on the narrow tiles (d 64: 192x64,
+            // 192x80 and 128x64; d 96, 128: 128x64; d 192: 128x112 and 128x64; per dtype and
+            // LSE: 2 x 2 x (3 + 1 + 1 + 2) = 28).
             let flagship = if arch == Arch::Sm90 {
-                8 * 2 * 3 * 2 * 2 + 2 * 2 * 2 * 2 + 24
+                8 * 2 * 3 * 2 * 2 + 2 * 2 * 2 * 2 + 28
             } else {
                 0
             };

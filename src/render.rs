@@ -138,6 +138,8 @@ struct WgmmaFwd<'a> {
     /// Q blocks per run of the masked schedule: 0 packed (runs of G), -1 none.
     q_run: i64,
     pairs: bool,
+    /// K blocks laid from each tile's first visible key (`KernelSpec::wgmma_window_blocks`).
+    window_blocks: bool,
     max_slack: u32,
     stale_max: bool,
     split_tail: bool,
@@ -203,6 +205,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 o_direct: spec.wgmma_o_direct(),
                 q_run: spec.wgmma_q_run().map_or(-1, i64::from),
                 pairs: spec.wgmma_pairs(),
+                window_blocks: spec.wgmma_window_blocks(),
                 max_slack: spec.wgmma_max_slack(),
                 stale_max: spec.wgmma_stale_max(),
                 split_tail: spec.wgmma_split_tail(),

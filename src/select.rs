@@ -546,15 +546,16 @@ mod tests {
         u.causal = true;
         let s = select_with(&u, &u.validate().unwrap(), &H200, Prefer::FALLBACKS[2]).unwrap();
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, false));
-        // gpt-oss's sliding layer (window 128, packed d 64) takes the narrow 192x64 tile; the
-        // same window unpacked (no group) stays on a 128-key tile.
+        // gpt-oss's sliding layer (window 128, packed d 64) takes the narrow 192x80 tile (24
+        // queries span 151 keys: two blocks of 80); the same window unpacked (no group) stays
+        // on a 128-key tile.
         let mut sw = Problem::new(DType::Bf16, 4, 4096, 4096, 64, 8, 64, 64);
         sw.causal = true;
         sw.window = (Some(127), Some(0));
         let s = sel(&sw, &H200);
         assert_eq!(
             (s.spec.pack_gqa, s.spec.tile_m, s.spec.tile_n),
-            (true, 192, 64)
+            (true, 192, 80)
         );
         sw.heads = 8;
         assert_eq!(sel(&sw, &H200).spec.tile_n, 128);
@@ -825,6 +826,66 @@ mod tests {
             for (tm, n) in [(128, 128), (192, 128), (128, 160), (64, 80), (128, 64)] {
                 assert_eq!(
                     sh.visited_blocks(tm as usize, n as usize),
+                    count(&sh, tm, n),
+                    "{sh:?} {tm}x{n}"
+                );
+            }
+        }
+    }
+
+    /// `TileShape::visited_window_blocks` (closed form) against counting each Q tile's blocks
+    /// as the wgmma kernel lays them for a window: from the tile's first visible key.
+    #[test]
+    fn visited_window_blocks_match_the_kernels_count() {
+        let count = |sh: &TileShape, tm: i64, n: i64| -> u64 {
+            let (sq, sk) = (sh.seqlen_q as i64, sh.seqlen_k as i64);
+            let mut total = 0;
+            for m0 in (0..sq).step_by(tm as usize) {
+                let m1 = (m0 + tm).min(sq);
+                // The kernel: n_base = lo(q0) (max(0, .)), span = hi(q1 - 1) - n_base.
+                let base = (m0 + sk - sq - sh.left).max(0);
+                let span = (m1 - 1 + sk - sq + sh.right + 1).min(sk) - base;
+                total += if span > 0 { (span + n - 1) / n } else { 0 } as u64;
+            }
+            total
+        };
+        let mut rng = 0x9e3779b97f4a7c15u64;
+        let mut next = |k: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % k
+        };
+        for _ in 0..3000 {
+            let (sq, sk) = (1 + next(3000) as usize, 1 + next(3000) as usize);
+            let all = (sq + sk) as i64;
+            let mut side = || match next(4) {
+                0 => all,
+                1 => 0,
+                2 => 127,
+                _ => next(900) as i64 - 100,
+            };
+            let (left, right) = (side(), side());
+            let sh = TileShape {
+                seqlen_q: sq,
+                seqlen_k: sk,
+                left,
+                right,
+                group: 1,
+            };
+            if sh.left + sh.right < 0 {
+                continue;
+            }
+            for (tm, n) in [
+                (24, 80),
+                (192, 64),
+                (128, 144),
+                (16, 64),
+                (64, 128),
+                (1, 16),
+            ] {
+                assert_eq!(
+                    sh.visited_window_blocks(tm as usize, n as usize),
                     count(&sh, tm, n),
                     "{sh:?} {tm}x{n}"
                 );

@@ -434,6 +434,18 @@ impl KernelSpec {
         g.smem_o == g.smem_q && g.q_bufs == 1
     }
 
+    /// Whether the wgmma kernel's K blocks start at each tile's first visible key rather than
+    /// on the grid of `tile_n` keys: a local window, not paged. A window tile's keys are a
+    /// span of (its queries + window) keys anywhere on the key axis; blocks laid from its
+    /// start cover it in ceil(span / tile_n) blocks, where the grid can need one more (a
+    /// packed 24-query tile under gpt-oss's 128-key window spans 151 keys: 3 blocks of 64 on
+    /// the span, 3 or 4 on the grid; 2 of 80 on the span). Causal and unmasked tiles start
+    /// at key 0 either way. Paged K/V keeps the grid: a TMA box must lie inside one page.
+    /// `TileShape::visited_blocks` counts blocks the same way.
+    pub fn wgmma_window_blocks(&self) -> bool {
+        self.imp == Impl::Wgmma && self.mask == Mask::Local && !self.feat.paged
+    }
+
     /// Whether the wgmma kernel chains its tiles: a tile's last P V shares its turn at the
     /// tensor cores with the next tile's first Q K^T, whose softmax then runs during the
     /// P V, before this tile's epilogue. It needs the next tile's Q in a

@@ -108,9 +108,10 @@ impl SpecClass {
     /// others at least 128 keys wide (the narrower ones exist for registers or local masks,
     /// not for short sequences) — every one for a packed local mask, whose tiles hold
     /// tile_m / G queries and so span few more keys than the window: there narrow blocks
-    /// waste less (H200, d 64, H64/Hkv8, window 128, three interleaved rounds: 192x64
-    /// 0.186-0.192 ms at S 16k and 0.196-0.198 for gpt-oss's sliding layer, against
-    /// 0.207-0.210 / 0.216-0.217 on 192x128, 0.205 / 0.212 on 128x64; unpacked, whose tiles
+    /// waste less (H200, d 64, H64/Hkv8, window 128, three interleaved rounds, grid-aligned
+    /// blocks: 192x64 0.186-0.192 ms at S 16k and 0.196-0.198 for gpt-oss's sliding layer,
+    /// against 0.207-0.210 / 0.216-0.217 on 192x128, 0.205 / 0.212 on 128x64; since
+    /// window-aligned blocks 192x80 leads, see `wgmma_candidates`; unpacked, whose tiles
     /// span tile_m + window keys, 192x64 lost: 0.285 against 0.234 on 128x128). Where
     /// registers hold the table's first tile under 128 keys (d 256: 128x80) its narrower
     /// tiles are shape candidates too: short causal calls pad less on them (H200, sustained
@@ -182,12 +183,22 @@ impl SpecClass {
 /// - d 256:     128x80 (registers bound it) and 128x64 for local masks
 ///
 /// Local masks take the narrower tile where the window test per element spilled. d 64 also
-/// lists 192x64, which packed local masks choose by shape (`SpecClass::flagship_by_shape`).
+/// lists 192x64, and for local masks 192x80, which packed local masks choose by shape
+/// (`SpecClass::flagship_by_shape`): a packed 192-row tile holds 24 queries, which under a
+/// 128-key window span 151 keys, two blocks of 80 laid from the tile's first visible key
+/// (`KernelSpec::wgmma_window_blocks`). H200, B 1, S 16k, H 32/4, window 128, sustained, three
+/// rounds, TFLOP/s on the visible pairs (`…-session19-window-blocks-ab.txt`): 192x80 220,
+/// 64x144 218, 128x144 204, 192x96 201, 192x64 193 (180 with grid-aligned blocks, the old
+/// default), 128x80 193, 192x128 169, 128x128 144. The cost model ranks 128x144 first (it
+/// counts no per-tile work, which these one-block tiles are mostly made of), so the table
+/// lists only the winner.
 /// Packed GQA uses the same tables (`TileShape::group`: a packed tile holds tile_m / G queries).
 /// Paged kernels pick among the same tiles by page size (`SpecClass::flagship_for_pages`).
 fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
     match d.max(dv) {
-        // (192x64 last: paged K/V takes the first tile its pages hold, 128x64 as before.)
+        // (192x64 and 192x80 last: paged K/V takes the first tile its pages hold, 128x64 as
+        // before.) 192x80 for local masks only: no other shape takes it.
+        0..=64 if mask == Mask::Local => &[(192, 128), (128, 128), (128, 64), (192, 64), (192, 80)],
         0..=64 => &[(192, 128), (128, 128), (128, 64), (192, 64)],
         65..=128 => &[(128, 160), (128, 128), (128, 64)],
         129..=192 => &[(128, 128), (128, 112), (128, 64)],
@@ -280,6 +291,44 @@ impl TileShape {
         (hi_sum - lo_sum).max(0) as u64
     }
 
+    /// The K blocks a kernel that lays each Q tile's blocks from its first visible key
+    /// (`KernelSpec::wgmma_window_blocks`) visits: ceil((hi - lo) / n) per tile, its keys [lo,
+    /// hi) clamped to [0, Sk]. Closed form, like `visited_blocks`: the full tiles' bounds are
+    /// lo = i tm + a and hi = i tm + b (b - a = tm + left + right), so a tile's span is hi
+    /// (while lo clamps at 0), the constant b - a, Sk (both clamp) or Sk - lo (hi clamps),
+    /// in that order along i.
+    pub fn visited_window_blocks(&self, tile_m: usize, tile_n: usize) -> u64 {
+        let (sq, sk) = (self.seqlen_q as i64, self.seqlen_k as i64);
+        let (tm, n) = (tile_m as i64, tile_n as i64);
+        if sq == 0 || sk == 0 {
+            return 0;
+        }
+        let blocks = |span: i64| (span.max(0) + n - 1) / n;
+        let m_blocks = (sq + tm - 1) / tm;
+        let off = sk - sq;
+        let full = m_blocks - 1;
+        let (a, b) = (off - self.left, tm + off + self.right);
+        // Full tiles whose lo clamps at 0 (a + i tm <= 0), and whose hi does not reach Sk.
+        let lo_at_0 = if a > 0 { 0 } else { ((-a) / tm + 1).min(full) };
+        let hi_in = if b > sk {
+            0
+        } else {
+            ((sk - b) / tm + 1).min(full)
+        };
+        let first = lo_at_0.min(hi_in);
+        let both_free = (hi_in - lo_at_0).max(0); // lo > 0, hi < Sk: the constant span
+        let both_clamped = (lo_at_0 - hi_in).max(0); // lo = 0, hi = Sk
+        let rest = full - first - both_free - both_clamped; // lo > 0, hi = Sk: Sk - lo
+        let last_lo = (full * tm + a).clamp(0, sk);
+        let last_hi = (sq + off + self.right).clamp(0, sk);
+        let total = sum_div_clamped(first, b, tm, sk, n, n - 1)
+            + both_free * blocks(b - a)
+            + both_clamped * blocks(sk)
+            + sum_div_clamped(rest, sk - a - (full - 1) * tm, tm, sk, n, n - 1)
+            + blocks(last_hi - last_lo);
+        total.max(0) as u64
+    }
+
     /// Every key visible to every query (no mask).
     pub fn is_dense(&self) -> bool {
         let all = (self.seqlen_q + self.seqlen_k) as i64;
@@ -294,7 +343,11 @@ impl TileShape {
         } else {
             s.tile_m as usize
         };
-        let blocks = self.visited_blocks(queries, s.tile_n as usize) as f64;
+        let blocks = if s.wgmma_window_blocks() {
+            self.visited_window_blocks(queries, s.tile_n as usize)
+        } else {
+            self.visited_blocks(queries, s.tile_n as usize)
+        } as f64;
         blocks * (s.tile_m as f64) * (s.tile_n as usize + BLOCK_OVERHEAD_KEYS) as f64
             / tile_rate(s.tile_m, self.is_dense())
     }

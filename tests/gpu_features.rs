@@ -102,6 +102,8 @@ struct Case {
     late: Option<f32>,
     /// `Problem::cta_pairs`: CTA pairs forced on or off (else selection's rule).
     pairs: Option<bool>,
+    /// `Problem::tile_mn`: the kernel's tile (else selection's).
+    tile: Option<(u32, u32)>,
 }
 
 impl Case {
@@ -123,6 +125,7 @@ impl Case {
             num_splits: 1,
             late: None,
             pairs: None,
+            tile: None,
         }
     }
 
@@ -169,7 +172,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -184,7 +187,8 @@ impl Case {
             self.sinks,
             self.num_splits,
             self.late,
-            self.pairs
+            self.pairs,
+            self.tile
         )
     }
 }
@@ -338,6 +342,7 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
     problem.sinks = c.sinks;
     problem.num_splits = c.num_splits;
     problem.cta_pairs = c.pairs;
+    problem.tile_mn = c.tile;
     let sinks = c.sinks.then(|| {
         (0..h)
             .map(|_| 2.0 * rng.sample::<f32, _>(StandardNormal))
@@ -830,6 +835,103 @@ fn flagship_packed_gqa() {
         }
     }
     run_all("flagship_packed_gqa", &cases);
+}
+
+/// Windows on the flagship's window blocks (`KernelSpec::wgmma_window_blocks`: a tile's K
+/// blocks laid from its first visible key, off the grid of tile_n keys): d 64 on the tiles
+/// packed windows choose among and the narrow and one-block ones (192x80, 128x144, 64x144),
+/// the wider head dims on theirs; windows of left 127 (gpt-oss), random below 400, or past
+/// every sequence (block 0 at key 0 again), right random up to 64 or 0 with causal; dense,
+/// ragged (a sequence ending inside a tile's last block: V's tail zeroed from a block start
+/// off the grid) and paged (the grid kept); lengths 1, 7, 113 and up to 1200, Sq != Sk both
+/// ways; packed GQA (G 8) and unpacked (G 2), sinks. On an sm90 device every case must run on
+/// the flagship.
+fn window_block_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(59);
+    // (head dims, tiles)
+    type DimsTiles = ((usize, usize), &'static [(u32, u32)]);
+    let tiles: [DimsTiles; 4] = [
+        (
+            (64, 64),
+            &[
+                (192, 80),
+                (192, 64),
+                (128, 144),
+                (64, 144),
+                (192, 128),
+                (128, 128),
+            ],
+        ),
+        ((128, 128), &[(128, 128), (128, 160), (128, 64)]),
+        ((192, 128), &[(128, 112)]),
+        ((256, 256), &[(128, 64)]),
+    ];
+    let layouts = [
+        (false, KLayout::Batched),
+        (true, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+    ];
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (dims, ts) in tiles {
+        for &tile in ts {
+            for (q_packed, k) in layouts {
+                let seqs = if !q_packed {
+                    vec![[(1000, 1031), (1100, 700), (113, 1000)][i % 3]; 2]
+                } else {
+                    let mut seqs = random_seqs(&mut rng, 3, 1200, false);
+                    seqs.extend([(1, 1), (7, 300), (113, 113)]);
+                    seqs
+                };
+                let packed = i.is_multiple_of(2);
+                let mut c =
+                    Case::flagship_layout(seqs, i, dims, if packed { 8 } else { 2 }, (q_packed, k));
+                c.pack_gqa = Some(packed);
+                c.tile = Some(tile);
+                c.causal = i.is_multiple_of(4);
+                let left = [127, rng.random_range(0..400), 2000][i % 3];
+                c.window = (
+                    Some(left),
+                    Some(if c.causal {
+                        0
+                    } else {
+                        rng.random_range(0..=64)
+                    }),
+                );
+                c.sinks = i % 4 == 1;
+                cases.push(c);
+                i += 1;
+            }
+        }
+    }
+    cases
+}
+
+#[test]
+fn flagship_window_blocks() {
+    run_all("flagship_window_blocks", &window_block_cases());
+}
+
+/// CPU: every window-block case selects the flagship on its tile, packed as asked, and with
+/// window blocks where its K/V is not paged.
+#[test]
+fn window_block_cases_select_window_blocks() {
+    let mut rng = StdRng::seed_from_u64(0);
+    for c in window_block_cases() {
+        let s = h200_selection(&c, &mut rng).spec;
+        assert_eq!(
+            (s.imp, Some((s.tile_m, s.tile_n)), Some(s.pack_gqa)),
+            (fa4gen::spec::Impl::Wgmma, c.tile, c.pack_gqa),
+            "{}",
+            c.name()
+        );
+        assert_eq!(
+            s.wgmma_window_blocks(),
+            !matches!(c.k, KLayout::Paged(_)),
+            "{}",
+            c.name()
+        );
+    }
 }
 
 /// The stale max (`KernelSpec::wgmma_stale_max`) under the serving features that keep it:

@@ -60,6 +60,12 @@ fn sm90_wgmma_d192_causal_stale_max() {
     snap("fwd.sm90.wgmma.bf16.d192x128.m128n128.q1.causal");
 }
 #[test]
+fn sm90_wgmma_packed_window_sink() {
+    // gpt-oss's sliding layer: K blocks laid from each tile's first visible key
+    // (`KernelSpec::wgmma_window_blocks`).
+    snap("fwd.sm90.wgmma.bf16.d64x64.m192n80.q1.local.packgqa.sink");
+}
+#[test]
 fn sm90_wgmma_packed_gqa_causal_sink() {
     snap("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.packgqa.sink");
 }

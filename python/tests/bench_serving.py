@@ -117,7 +117,7 @@ def window():
     fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
     # The table's tile, then candidates (the tile sweep for local masks).
-    for tile in (None, (128, 64), (64, 128), (64, 64), (192, 128), (192, 64)):
+    for tile in (None, (192, 80), (128, 144), (192, 64), (192, 128), (128, 64)):
         try:
             t_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0),
                                                                    tile_mn=tile), 1)
@@ -126,11 +126,17 @@ def window():
             continue
         stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)
         tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
-        # Visited blocks (packed GQA rows: Sq * G) against the unmasked kernel's blocks.
+        # Visited blocks (packed GQA rows: Sq * G) against the unmasked kernel's blocks, laid
+        # as the kernel lays them: the flagship from each tile's first visible key
+        # (KernelSpec::wgmma_window_blocks), the portable kernel on the grid of tn keys.
         visited = 0
         for m0 in range(0, s * g, tm):
             q0, q1 = m0 // g, min(s, (m0 + tm - 1) // g + 1)
-            visited += (q1 - 1) // tn - max(0, q0 - (w - 1)) // tn + 1
+            lo = max(0, q0 - (w - 1))
+            if ".wgmma." in stem:
+                visited += (q1 - lo + tn - 1) // tn
+            else:
+                visited += (q1 - 1) // tn - lo // tn + 1
         total_full = math.ceil(s * g / fm) * math.ceil(s / fn_)
         work = visited * tm * tn / (total_full * fm * fn_)
         emit(bench="window128-S16k", tile=tile, ms_window=round(t_win, 4), ms_unmasked=round(t_full, 4),

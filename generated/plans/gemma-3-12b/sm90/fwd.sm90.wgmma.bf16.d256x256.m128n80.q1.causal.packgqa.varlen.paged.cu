@@ -188,12 +188,15 @@ struct Tile {
   int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
   int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
+  static constexpr int n_base = 0;
   static constexpr int n_skip = 0;
   static constexpr bool ghost = false;
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
   FA4_DEVICE bool runs() const { return valid() || ghost; }
+  // The first key of block b (blocks are visited from n_hi - 1 down).
+  FA4_DEVICE int key_of(int b) const { return n_base + b * kTileN; }
   FA4_DEVICE BottomRightMask<kMask> mask(const FwdParams& p) const {
     return {seqlen_k, seqlen_k - seqlen_q, p.window_left, p.window_right};
   }
@@ -594,7 +597,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_packgqa_varlen_paged(const
         // Blocks are visited last to first; n(i) is the i-th visited block's first key. In a
         // causal pair the partner's extra blocks come first (n_skip: the consumers release them).
         const int n_load = w.n_blocks + w.n_skip;
-        auto n_of = [&](int i) { return (w.n_hi + w.n_skip - 1 - i) * kTileN; };
+        auto n_of = [&](int i) { return w.key_of(w.n_hi + w.n_skip - 1 - i); };
         BoxSrc src_prev{0, -1}, src = n_load > 0 ? box_src(n_of(0), w) : BoxSrc{0, -1};
         for (int i = 0; i < n_load; ++i, ++it) {
           const BoxSrc src_next = i + 1 < n_load ? box_src(n_of(i + 1), w) : BoxSrc{0, -1};  // a block ahead
@@ -706,7 +709,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_packgqa_varlen_paged(const
   };
   // The first visited block (ring position it) of tile w has its S: release K, the softmax.
   auto first_block = [&](const Tile& w, u32 it) {
-    const int n0 = (w.n_hi - 1) * kTileN;
+    const int n0 = w.key_of(w.n_hi - 1);
     fence_regs(s[0]);
     release_kv(bar.empty_k(it % kStages));
     softmax.init();
@@ -890,7 +893,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_packgqa_varlen_paged(const
       turn_end();
       wgmma_wait<1>();
       fence_regs(s[0]);
-      const int n0 = (w.n_hi - 1 - i) * kTileN;
+      const int n0 = w.key_of(w.n_hi - 1 - i);
       // The stale max: a lazy tile's blocks past its boundary ones, except key 0's (where
       // sink-like keys put a row's max: checked, it would go the slow way every tile).
       const bool stale = kStaleMax && lazy && n0 > 0 &&
