@@ -25,4 +25,16 @@ FA4_DEVICE void wgmma_m64n{{ n }}k16_rs(float (&d)[{{ n / 8 }}][4], const u32 (&
       : {% for i in 0..n / 2 %}"+f"(d[{{ i / 4 }}][{{ i % 4 }}]){% if i + 1 < n / 2 %}, {% endif %}{% endfor %}
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
 }
+
+// The same, with D = A * B where `accumulate` is 0 (a window tile's first P V). A function of its
+// own: the run-time flag, even where it was always 1, changed the code ptxas made of every kernel.
+FA4_DEVICE void wgmma_m64n{{ n }}k16_rs_acc(float (&d)[{{ n / 8 }}][4], const u32 (&a)[4], u64 b_desc, int accumulate) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %{{ n / 2 + 5 }}, 0;\n\t"
+      "wgmma.mma_async.sync.aligned.m64n{{ n }}k16.f32.{{ ty }}.{{ ty }} {"
+      "{% for i in 0..n / 2 %}%{{ i }}{% if i + 1 < n / 2 %},{% endif %}{% endfor %}"
+      "}, {{ "{" }}%{{ n / 2 }},%{{ n / 2 + 1 }},%{{ n / 2 + 2 }},%{{ n / 2 + 3 }}}, %{{ n / 2 + 4 }}, p, 1, 1, 1;\n\t}"
+      : {% for i in 0..n / 2 %}"+f"(d[{{ i / 4 }}][{{ i % 4 }}]){% if i + 1 < n / 2 %}, {% endif %}{% endfor %}
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(accumulate));
+}
 {% endmacro %}
