@@ -781,82 +781,19 @@ mod tests {
         assert_eq!(tile(1, 100, false, None), (128, 128));
     }
 
-    /// `TileShape::visited_blocks` (closed form) against counting each Q tile's blocks the
-    /// way the kernel bounds them.
-    #[test]
-    fn visited_blocks_match_the_kernels_count() {
-        let count = |sh: &TileShape, tm: i64, n: i64| -> u64 {
-            let (sq, sk) = (sh.seqlen_q as i64, sh.seqlen_k as i64);
-            let mut total = 0;
-            for m0 in (0..sq).step_by(tm as usize) {
-                let m1 = (m0 + tm).min(sq);
-                let lo = (m0 + sk - sq - sh.left).clamp(0, sk) / n;
-                let hi = ((m1 + sk - sq + sh.right).clamp(0, sk) + n - 1) / n;
-                total += (hi - lo).max(0) as u64;
-            }
-            total
-        };
-        let mut rng = 0x2545f4914f6cdd1du64;
+    /// Random shapes for the visited-block counts' tests: lengths 1..=3000, each window side
+    /// unbounded, 0, 127 or in -100..800; windows that leave some row nothing are outside the
+    /// closed forms' promise and left out.
+    fn random_tile_shapes(seed: u64, n: usize) -> Vec<TileShape> {
+        let mut rng = seed;
         let mut next = |k: u64| {
             rng ^= rng << 13;
             rng ^= rng >> 7;
             rng ^= rng << 17;
             rng % k
         };
-        for _ in 0..3000 {
-            let (sq, sk) = (1 + next(3000) as usize, 1 + next(3000) as usize);
-            let all = (sq + sk) as i64;
-            let mut side = || match next(3) {
-                0 => all,
-                1 => 0,
-                _ => next(600) as i64 - 100,
-            };
-            let (left, right) = (side(), side());
-            let sh = TileShape {
-                seqlen_q: sq,
-                seqlen_k: sk,
-                left,
-                right,
-                group: 1,
-            };
-            // Windows that leave some row nothing are outside the closed form's promise.
-            if sh.left + sh.right < 0 {
-                continue;
-            }
-            for (tm, n) in [(128, 128), (192, 128), (128, 160), (64, 80), (128, 64)] {
-                assert_eq!(
-                    sh.visited_blocks(tm as usize, n as usize),
-                    count(&sh, tm, n),
-                    "{sh:?} {tm}x{n}"
-                );
-            }
-        }
-    }
-
-    /// `TileShape::visited_window_blocks` (closed form) against counting each Q tile's blocks
-    /// as the wgmma kernel lays them for a window: from the tile's first visible key.
-    #[test]
-    fn visited_window_blocks_match_the_kernels_count() {
-        let count = |sh: &TileShape, tm: i64, n: i64| -> u64 {
-            let (sq, sk) = (sh.seqlen_q as i64, sh.seqlen_k as i64);
-            let mut total = 0;
-            for m0 in (0..sq).step_by(tm as usize) {
-                let m1 = (m0 + tm).min(sq);
-                // The kernel: n_base = lo(q0) (max(0, .)), span = hi(q1 - 1) - n_base.
-                let base = (m0 + sk - sq - sh.left).max(0);
-                let span = (m1 - 1 + sk - sq + sh.right + 1).min(sk) - base;
-                total += if span > 0 { (span + n - 1) / n } else { 0 } as u64;
-            }
-            total
-        };
-        let mut rng = 0x9e3779b97f4a7c15u64;
-        let mut next = |k: u64| {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng % k
-        };
-        for _ in 0..3000 {
+        let mut shapes = Vec::new();
+        while shapes.len() < n {
             let (sq, sk) = (1 + next(3000) as usize, 1 + next(3000) as usize);
             let all = (sq + sk) as i64;
             let mut side = || match next(4) {
@@ -866,28 +803,71 @@ mod tests {
                 _ => next(900) as i64 - 100,
             };
             let (left, right) = (side(), side());
-            let sh = TileShape {
-                seqlen_q: sq,
-                seqlen_k: sk,
-                left,
-                right,
-                group: 1,
-            };
-            if sh.left + sh.right < 0 {
-                continue;
+            if left + right >= 0 {
+                shapes.push(TileShape {
+                    seqlen_q: sq,
+                    seqlen_k: sk,
+                    left,
+                    right,
+                    group: 1,
+                });
             }
+        }
+        shapes
+    }
+
+    /// `TileShape::visited_blocks` and `visited_window_blocks` (closed forms) against counting
+    /// each Q tile's blocks the way the kernels bound them: on the grid of n keys, and (the
+    /// wgmma kernel under a window) from the tile's first visible key.
+    #[test]
+    fn visited_blocks_match_the_kernels_count() {
+        let tiles = |sh: &TileShape, tm: i64| {
+            let (sq, sk, left, right) = (sh.seqlen_q as i64, sh.seqlen_k as i64, sh.left, sh.right);
+            (0..sq).step_by(tm as usize).map(move |m0| {
+                let m1 = (m0 + tm).min(sq);
+                // Tile keys [lo, hi): lo unclamped above as the kernel's max(0, .) leaves it.
+                ((m0 + sk - sq - left).max(0), (m1 + sk - sq + right).min(sk))
+            })
+        };
+        let grid = |sh: &TileShape, tm: i64, n: i64| -> u64 {
+            let sk = sh.seqlen_k as i64;
+            tiles(sh, tm)
+                .map(|(lo, hi)| ((hi.max(0) + n - 1) / n - lo.min(sk) / n).max(0) as u64)
+                .sum()
+        };
+        let window = |sh: &TileShape, tm: i64, n: i64| -> u64 {
+            tiles(sh, tm)
+                .map(|(lo, hi)| {
+                    if hi > lo {
+                        ((hi - lo + n - 1) / n) as u64
+                    } else {
+                        0
+                    }
+                })
+                .sum()
+        };
+        for sh in random_tile_shapes(0x2545f4914f6cdd1d, 4000) {
             for (tm, n) in [
+                (128, 128),
+                (192, 128),
+                (128, 160),
+                (64, 80),
+                (128, 64),
                 (24, 80),
-                (192, 64),
                 (128, 144),
                 (16, 64),
-                (64, 128),
                 (1, 16),
             ] {
+                let (tm, n) = (tm as usize, n as usize);
                 assert_eq!(
-                    sh.visited_window_blocks(tm as usize, n as usize),
-                    count(&sh, tm, n),
+                    sh.visited_blocks(tm, n),
+                    grid(&sh, tm as i64, n as i64),
                     "{sh:?} {tm}x{n}"
+                );
+                assert_eq!(
+                    sh.visited_window_blocks(tm, n),
+                    window(&sh, tm as i64, n as i64),
+                    "{sh:?} {tm}x{n} window blocks"
                 );
             }
         }
