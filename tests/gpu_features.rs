@@ -1430,3 +1430,95 @@ fn combine_alone() {
     }
     assert!(failures.is_empty());
 }
+
+/// Calls captured into a CUDA graph on a stream the handle holds no workspace for yet (an
+/// allocation would break the capture): split-KV refuses with a typed error that names the
+/// capture, and, once an eager call has made the workspace, its captured graph replays the
+/// eager result bit for bit; the split tail runs without one, its graph replaying the
+/// whole-tile result bit for bit.
+#[test]
+fn workspace_under_capture() {
+    let Some((ctx, stream0, fa)) = setup() else {
+        return;
+    };
+    use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    let flags = CUgraphInstantiate_flags(0);
+    let mut rng = StdRng::seed_from_u64(run_seed());
+    let mut inputs = |p: &Problem| {
+        let [qn, kn, vn, on, _] = p.extents().expect("extents");
+        let mut up = |n| up16(&stream0, p.dtype, &randn(&mut rng, p.dtype, n)).expect("upload");
+        (up(qn), up(kn), up(vn), on)
+    };
+    let down = |s: &Arc<CudaStream>, o: &CudaSlice<u16>| -> Vec<u16> {
+        s.synchronize().expect("sync");
+        s.clone_dtoh(o).expect("download")
+    };
+
+    // Split-KV: a decode step over 32k keys, which the heuristic splits.
+    let p = Problem::new(DType::Bf16, 2, 1, 32768, 8, 2, 128, 128);
+    assert!(
+        fa.plan(&p).expect("plan").1.num_splits > 1,
+        "the decode step must split"
+    );
+    let (q, k, v, on) = inputs(&p);
+    let mut eager = stream0.alloc_zeros::<u16>(on).expect("alloc");
+    fa.forward(&stream0, &p, &q, &k, &v, &mut eager, None)
+        .expect("eager split-KV call");
+    let eager = down(&stream0, &eager);
+    let s = ctx.new_stream().expect("stream");
+    let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
+    s.synchronize().expect("sync");
+    s.begin_capture(mode).expect("begin capture");
+    let refused = fa.forward(&s, &p, &q, &k, &v, &mut o, None);
+    let _ = s.end_capture(flags);
+    match refused {
+        Err(e) => assert!(
+            e.to_string().contains("being captured"),
+            "unexpected error: {e}"
+        ),
+        Ok(()) => panic!("split-KV ran under capture without a workspace"),
+    }
+    fa.forward(&s, &p, &q, &k, &v, &mut o, None)
+        .expect("eager call on the new stream");
+    assert_eq!(down(&s, &o), eager, "split-KV on a second stream");
+    let mut o2 = s.alloc_zeros::<u16>(on).expect("alloc");
+    s.synchronize().expect("sync");
+    s.begin_capture(mode).expect("begin capture");
+    fa.forward(&s, &p, &q, &k, &v, &mut o2, None)
+        .expect("captured split-KV call");
+    let graph = s.end_capture(flags).expect("end capture").expect("a graph");
+    graph.launch().expect("graph launch");
+    assert_eq!(down(&s, &o2), eager, "split-KV replayed from a graph");
+    println!("workspace_under_capture: split-KV refused under capture, then replayed bit for bit");
+
+    // The split tail: on a fresh stream under capture it runs whole tiles.
+    let p = Problem::new(DType::Bf16, 1, 16384, 16384, 16, 16, 128, 128);
+    let (_, sel) = fa.plan(&p).expect("plan");
+    if fa.device().major != 9 || !sel.split_tail {
+        println!(
+            "workspace_under_capture: no split tail on this device ({}); that half skipped",
+            sel.spec
+        );
+        return;
+    }
+    let (q, k, v, on) = inputs(&p);
+    let whole_p = Problem {
+        split_tail: Some(false),
+        ..p.clone()
+    };
+    let mut whole = stream0.alloc_zeros::<u16>(on).expect("alloc");
+    fa.forward(&stream0, &whole_p, &q, &k, &v, &mut whole, None)
+        .expect("eager whole-tile call");
+    let whole = down(&stream0, &whole);
+    let s = ctx.new_stream().expect("stream");
+    let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
+    s.synchronize().expect("sync");
+    s.begin_capture(mode).expect("begin capture");
+    fa.forward(&s, &p, &q, &k, &v, &mut o, None)
+        .expect("captured split-tail call");
+    let graph = s.end_capture(flags).expect("end capture").expect("a graph");
+    graph.launch().expect("graph launch");
+    assert_eq!(down(&s, &o), whole, "the captured call ran whole tiles");
+    println!("workspace_under_capture: the split tail ran whole tiles under capture, bit for bit");
+}

@@ -327,14 +327,10 @@ impl FlashAttention {
         Ok(workspace_need(problem, &sel))
     }
 
-    /// The handle's workspace for `stream`, at least `bytes` long. `optional`: while the stream
-    /// is being captured and none is big enough, `None` (the caller runs without), not an error.
-    fn workspace_for(
-        &self,
-        stream: sys::CUstream,
-        bytes: usize,
-        optional: bool,
-    ) -> Result<Option<u64>, Error> {
+    /// The handle's workspace for `stream`, at least `bytes` long; `None` while the stream is
+    /// being captured and none is big enough (an allocation would break the capture): the
+    /// split tail then runs without, split-KV refuses.
+    fn workspace_for(&self, stream: sys::CUstream, bytes: usize) -> Result<Option<u64>, Error> {
         let mut ws = self.workspaces.lock().unwrap_or_else(|p| p.into_inner());
         let key = stream as usize;
         if let Some(w) = ws.get(&key)
@@ -348,14 +344,7 @@ impl FlashAttention {
             .result()
             .call("cuStreamIsCapturing")?;
         if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-            if optional {
-                return Ok(None);
-            }
-            return Err(Error::invalid(
-                "workspace",
-                format!("{bytes} bytes needed while the stream is being captured"),
-                "a split-KV workspace that exists before capture: run the shape once before capturing, or pass RawPtrs::workspace",
-            ));
+            return Ok(None);
         }
         // The first workspace as asked (whole MiB); one that grows at least doubles, so slowly
         // growing shapes reallocate (and sync the stream) a logarithmic number of times.
@@ -431,8 +420,13 @@ impl FlashAttention {
             let ws = if ptrs.workspace != 0 {
                 ptrs.workspace
             } else {
-                self.workspace_for(stream, ws_bytes, false)?
-                    .ok_or_else(|| Error::invalid("workspace", "none", "a split-KV workspace"))?
+                self.workspace_for(stream, ws_bytes)?.ok_or_else(|| {
+                    Error::invalid(
+                        "workspace",
+                        format!("{ws_bytes} bytes needed while the stream is being captured"),
+                        "a split-KV workspace that exists before capture: run the shape once before capturing, or pass RawPtrs::workspace",
+                    )
+                })?
             };
             set_partials(&mut params, problem, ws, ws + (o_part_elems * 4) as u64);
         }
@@ -459,7 +453,7 @@ impl FlashAttention {
             let ws = if ptrs.workspace != 0 {
                 Some(ptrs.workspace)
             } else {
-                self.workspace_for(stream, ws_bytes, true)?
+                self.workspace_for(stream, ws_bytes)?
             };
             if let Some(ws) = ws {
                 let (counter_bytes, _) = tail_workspace(&sel.spec, grid.0);
