@@ -1435,38 +1435,57 @@ fn combine_alone() {
 /// allocation would break the capture): split-KV refuses with a typed error that names the
 /// capture, and, once an eager call has made the workspace, its captured graph replays the
 /// eager result bit for bit; the split tail runs without one, its graph replaying the
-/// whole-tile result bit for bit.
+/// whole-tile result bit for bit. (Each stream gets its own copy of the inputs.)
 #[test]
 fn workspace_under_capture() {
     let Some((ctx, stream0, fa)) = setup() else {
         return;
     };
     use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    // cudarc's per-buffer events would make a captured call wait on work recorded before the
+    // capture (an isolation error): off for this test, each buffer used on one stream only.
+    struct Tracking(Arc<CudaContext>);
+    impl Drop for Tracking {
+        fn drop(&mut self) {
+            // SAFETY: back to cudarc's default; the test's streams are synchronized.
+            unsafe { self.0.enable_event_tracking() };
+        }
+    }
+    // SAFETY: every buffer below is used on the stream it was made on, and read back after a
+    // synchronize.
+    unsafe { ctx.disable_event_tracking() };
+    let _tracking = Tracking(ctx.clone());
     let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     let flags = CUgraphInstantiate_flags(0);
     let mut rng = StdRng::seed_from_u64(run_seed());
-    let mut inputs = |p: &Problem| {
+    let mut host_inputs = |p: &Problem| {
         let [qn, kn, vn, on, _] = p.extents().expect("extents");
-        let mut up = |n| up16(&stream0, p.dtype, &randn(&mut rng, p.dtype, n)).expect("upload");
-        (up(qn), up(kn), up(vn), on)
+        let x = [qn, kn, vn].map(|n| randn(&mut rng, p.dtype, n));
+        (x, on)
+    };
+    let upload = |s: &Arc<CudaStream>, x: &[Vec<f32>; 3]| {
+        x.clone().map(|x| up16(s, DType::Bf16, &x).expect("upload"))
     };
     let down = |s: &Arc<CudaStream>, o: &CudaSlice<u16>| -> Vec<u16> {
         s.synchronize().expect("sync");
         s.clone_dtoh(o).expect("download")
     };
 
-    // Split-KV: a decode step over 32k keys, which the heuristic splits.
-    let p = Problem::new(DType::Bf16, 2, 1, 32768, 8, 2, 128, 128);
+    // Split-KV: a decode step over 32k keys, which the heuristic (num_splits 0) splits.
+    let mut p = Problem::new(DType::Bf16, 2, 1, 32768, 8, 2, 128, 128);
+    p.num_splits = 0;
     assert!(
         fa.plan(&p).expect("plan").1.num_splits > 1,
         "the decode step must split"
     );
-    let (q, k, v, on) = inputs(&p);
+    let (x, on) = host_inputs(&p);
+    let [q, k, v] = upload(&stream0, &x);
     let mut eager = stream0.alloc_zeros::<u16>(on).expect("alloc");
     fa.forward(&stream0, &p, &q, &k, &v, &mut eager, None)
         .expect("eager split-KV call");
     let eager = down(&stream0, &eager);
     let s = ctx.new_stream().expect("stream");
+    let [q, k, v] = upload(&s, &x);
     let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
     s.synchronize().expect("sync");
     s.begin_capture(mode).expect("begin capture");
@@ -1502,16 +1521,18 @@ fn workspace_under_capture() {
         );
         return;
     }
-    let (q, k, v, on) = inputs(&p);
+    let (x, on) = host_inputs(&p);
     let whole_p = Problem {
         split_tail: Some(false),
         ..p.clone()
     };
+    let [q, k, v] = upload(&stream0, &x);
     let mut whole = stream0.alloc_zeros::<u16>(on).expect("alloc");
     fa.forward(&stream0, &whole_p, &q, &k, &v, &mut whole, None)
         .expect("eager whole-tile call");
     let whole = down(&stream0, &whole);
     let s = ctx.new_stream().expect("stream");
+    let [q, k, v] = upload(&s, &x);
     let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
     s.synchronize().expect("sync");
     s.begin_capture(mode).expect("begin capture");
