@@ -441,7 +441,7 @@ impl KernelSpec {
     /// packed 24-query tile under gpt-oss's 128-key window spans 151 keys: 3 blocks of 64 on
     /// the span, 3 or 4 on the grid; 2 of 80 on the span). Causal and unmasked tiles start
     /// at key 0 either way. Paged K/V keeps the grid: a TMA box must lie inside one page.
-    /// `TileShape::visited_blocks` counts blocks the same way.
+    /// `TileShape::visited_window_blocks` counts blocks the same way.
     pub fn wgmma_window_blocks(&self) -> bool {
         self.imp == Impl::Wgmma && self.mask == Mask::Local && !self.feat.paged
     }
