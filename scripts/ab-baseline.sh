@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Build an A/B baseline on the build machine: another revision's bench_fwd and the kernels its
-# selection picks for the given shapes, staged as one variant folder for scripts/ab.sh.
+# selection picks for the given shapes, staged as one variant folder for scripts/ab.sh, and that
+# revision's drop-in library (libfa4gen.so, jit on) for the Python benchmarks: run them with
+# FA4GEN_LIB=.stage/ab/<name>/libfa4gen.so FA4GEN_JIT=1 and an empty FA4GEN_KERNELS folder, so
+# both variants compile their kernels with the GPU host's NVRTC.
 #   scripts/ab-baseline.sh <rev> <name> "<shapes>"   e.g.  scripts/ab-baseline.sh HEAD old "128,4096,0 256,16384,1"
 # then, on the GPU host:  VARIANTS="old:ROOT=.stage/ab/old,BIN=.stage/ab/old/bench_fwd new:ROOT=..." scripts/ab.sh
 # Why a binary of its own: a bench_fwd refuses kernels rendered from other templates than its
@@ -15,7 +18,7 @@ git -C "$root" worktree add -f "$wt" "$rev" --detach >/dev/null
 # NVRTC from the ignored folders the project installs it into (no download if present).
 for d in .nvrtc .nvrtc130; do [ -d "$root/$d" ] && cp -r "$root/$d" "$wt/"; done
 export CARGO_TARGET_DIR="$root/target/ab-$name"
-(cd "$wt" && cargo build --release --example bench_fwd --features jit)
+(cd "$wt" && cargo build --release --lib --example bench_fwd --features jit)
 # shellcheck disable=SC2086 # the shapes are separate arguments
 "$CARGO_TARGET_DIR/release/examples/bench_fwd" --stems $shapes | sort -u > "$wt/ab-stems.txt"
 (cd "$wt" && cargo xtask gen --arch sm90 --plan ab-stems.txt)
@@ -23,5 +26,6 @@ out="$root/.stage/ab/$name"
 rm -rf "$out" && mkdir -p "$out"
 cp -r "$wt/generated/plans/ab-stems/sm90" "$out/"
 cp "$CARGO_TARGET_DIR/release/examples/bench_fwd" "$out/bench_fwd"
-strip "$out/bench_fwd" 2>/dev/null || true
-echo "baseline $rev ($(git -C "$wt" rev-parse --short HEAD)) in $out: $(grep -c . "$wt/ab-stems.txt") kernels, bench_fwd"
+cp "$CARGO_TARGET_DIR/release/libfa4gen.so" "$out/libfa4gen.so"
+strip "$out/bench_fwd" "$out/libfa4gen.so" 2>/dev/null || true
+echo "baseline $rev ($(git -C "$wt" rev-parse --short HEAD)) in $out: $(grep -c . "$wt/ab-stems.txt") kernels, bench_fwd, libfa4gen.so"

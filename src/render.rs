@@ -112,6 +112,8 @@ struct PortableFwd<'a> {
     symbol: String,
     elem_tag: &'static str,
     mask_kind: &'static str,
+    /// K blocks laid from the CTA's first visible key (`KernelSpec::window_blocks`).
+    window_blocks: bool,
     params_size: usize,
     params_group_offset: usize,
     params_scale_offset: usize,
@@ -138,7 +140,7 @@ struct WgmmaFwd<'a> {
     /// Q blocks per run of the masked schedule: 0 packed (runs of G), -1 none.
     q_run: i64,
     pairs: bool,
-    /// K blocks laid from each tile's first visible key (`KernelSpec::wgmma_window_blocks`).
+    /// K blocks laid from each tile's first visible key (`KernelSpec::window_blocks`).
     window_blocks: bool,
     max_slack: u32,
     stale_max: bool,
@@ -179,6 +181,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
             symbol: spec.symbol(),
             elem_tag,
             mask_kind,
+            window_blocks: spec.window_blocks(),
             params_size,
             params_group_offset,
             params_scale_offset,
@@ -205,7 +208,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 o_direct: spec.wgmma_o_direct(),
                 q_run: spec.wgmma_q_run().map_or(-1, i64::from),
                 pairs: spec.wgmma_pairs(),
-                window_blocks: spec.wgmma_window_blocks(),
+                window_blocks: spec.window_blocks(),
                 max_slack: spec.wgmma_max_slack(),
                 stale_max: spec.wgmma_stale_max(),
                 split_tail: spec.wgmma_split_tail(),

@@ -434,16 +434,20 @@ impl KernelSpec {
         g.smem_o == g.smem_q && g.q_bufs == 1
     }
 
-    /// Whether the wgmma kernel's K blocks start at each tile's first visible key rather than
-    /// on the grid of `tile_n` keys: a local window, not paged. A window tile's keys are a
-    /// span of (its queries + window) keys anywhere on the key axis; blocks laid from its
-    /// start cover it in ceil(span / tile_n) blocks, where the grid can need one more (a
-    /// packed 24-query tile under gpt-oss's 128-key window spans 151 keys: 3 blocks of 64 on
-    /// the span, 3 or 4 on the grid; 2 of 80 on the span). Causal and unmasked tiles start
-    /// at key 0 either way. Paged K/V keeps the grid: a TMA box must lie inside one page.
-    /// `TileShape::visited_window_blocks` counts blocks the same way.
-    pub fn wgmma_window_blocks(&self) -> bool {
-        self.imp == Impl::Wgmma && self.mask == Mask::Local && !self.feat.paged
+    /// Whether a kernel's K blocks start at its rows' first visible key rather than on the
+    /// grid of `tile_n` keys: a local window, on either family. A
+    /// window tile's keys are a span of (its queries + window) keys anywhere on the key axis;
+    /// blocks laid from its start cover it in ceil(span / tile_n) blocks, where the grid can
+    /// need one more (a packed 24-query tile under gpt-oss's 128-key window spans 151 keys: 3
+    /// blocks of 64 on the span, 3 or 4 on the grid; 2 of 80 on the span; a decode step's 128
+    /// keys: one 128-key block, two on the grid). Causal and unmasked tiles start at key 0
+    /// either way. With paged K/V the wgmma kernel starts a tile's blocks at the TMA box
+    /// boundary at or before that key (boxes of gcd(page_size, tile_n) rows, each inside one
+    /// page), the portable kernel at the key itself (a block that crosses pages loads row by
+    /// row). `TileShape::visited_window_blocks` counts blocks from the key (paged wgmma
+    /// tiles: at most one block more each).
+    pub fn window_blocks(&self) -> bool {
+        self.mask == Mask::Local
     }
 
     /// Whether the wgmma kernel chains its tiles: a tile's last P V shares its turn at the

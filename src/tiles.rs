@@ -186,7 +186,7 @@ impl SpecClass {
 /// lists 192x64, and for local masks 192x80, which packed local masks choose by shape
 /// (`SpecClass::flagship_by_shape`): a packed 192-row tile holds 24 queries, which under a
 /// 128-key window span 151 keys, two blocks of 80 laid from the tile's first visible key
-/// (`KernelSpec::wgmma_window_blocks`). H200, B 1, S 16k, H 32/4, window 128, sustained, three
+/// (`KernelSpec::window_blocks`). H200, B 1, S 16k, H 32/4, window 128, sustained, three
 /// rounds, TFLOP/s on the visible pairs (`…-session19-window-blocks-ab.txt`): 192x80 220,
 /// 64x144 218, 128x144 204, 192x96 201, 192x64 193 (180 with grid-aligned blocks, the old
 /// default), 128x80 193, 192x128 169, 128x128 144. The cost model ranks 128x144 first (it
@@ -292,8 +292,10 @@ impl TileShape {
     }
 
     /// The K blocks a kernel that lays each Q tile's blocks from its first visible key
-    /// (`KernelSpec::wgmma_window_blocks`) visits: ceil((hi - lo) / n) per tile, its keys [lo,
-    /// hi) clamped to [0, Sk]. Closed form, like `visited_blocks`: the full tiles' bounds are
+    /// (`KernelSpec::window_blocks`) visits: ceil((hi - lo) / n) per tile, its keys [lo,
+    /// hi) clamped to [0, Sk]. (A paged wgmma kernel starts at the TMA box boundary at or
+    /// before lo, which can cost a tile one block more; selection ranks tiles on this count
+    /// all the same.) Closed form, like `visited_blocks`: the full tiles' bounds are
     /// lo = i tm + a and hi = i tm + b (b - a = tm + left + right), so a tile's span is hi
     /// (while lo clamps at 0), the constant b - a, Sk (both clamp) or Sk - lo (hi clamps),
     /// in that order along i.
@@ -343,7 +345,7 @@ impl TileShape {
         } else {
             s.tile_m as usize
         };
-        let blocks = if s.wgmma_window_blocks() {
+        let blocks = if s.window_blocks() {
             self.visited_window_blocks(queries, s.tile_n as usize)
         } else {
             self.visited_blocks(queries, s.tile_n as usize)

@@ -223,7 +223,10 @@ struct Tiles {
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group, the run.
   FastDivmod by_fast, by_heads, by_group, by_run;
-  FA4_DEVICE explicit Tiles(const FwdParams& p)
+{% if window_blocks && spec.feat.paged %}  // Paged window blocks start on a TMA box's boundary: gcd(page_size, kTileN) keys (the
+  // producer's box_rows), so that each box lies in one page.
+  FastDivmod by_box;
+{% endif %}  FA4_DEVICE explicit Tiles(const FwdParams& p)
       : group(kPackGqa ? p.group : 1),
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
@@ -236,7 +239,8 @@ struct Tiles {
 {% endif %}        by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
-        by_run(run) {}
+        by_run(run){% if window_blocks && spec.feat.paged %},
+        by_box(gcd_positive(p.page_size, kTileN)){% endif %} {}
   // The query of packed row r and its head within the group (r itself and 0 unpacked): shifts,
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
@@ -314,9 +318,15 @@ struct Tiles {
     w.q1 = w.m1 > w.m0 ? query_of(w.m1 - 1) + 1 : w.q0;
     const BottomRightMask<kMask> mask = w.mask(p);
 {% if window_blocks %}    // A window's blocks are laid from the tile's first visible key (KernelSpec::
-    // wgmma_window_blocks): its span of keys in as few blocks as it takes.
+    // window_blocks): its span of keys in as few blocks as it takes.
     w.n_base = mask.lo(w.q0);
-    const int span = mask.hi(w.q1 - 1) - w.n_base;
+{% if spec.feat.paged %}    // Paged: from the box boundary at or before it (a box lies in one page).
+    {
+      int boxes, past;
+      by_box.divmod(w.n_base, boxes, past);
+      w.n_base -= past;
+    }
+{% endif %}    const int span = mask.hi(w.q1 - 1) - w.n_base;
     w.n_hi = w.n_blocks = span > 0 ? (span + kTileN - 1) / kTileN : 0;  // visited last to first
 {% else %}    w.n_hi = mask.block_hi(w.q1, kTileN);
     w.n_blocks = max(w.n_hi - mask.block_lo(w.q0, kTileN), 0);  // visited last to first
@@ -557,15 +567,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
       // Paged: a block of kTileN keys is boxes of gcd(page_size, kTileN) rows (a multiple of
       // 8: whole 1024-byte swizzle atoms), each inside one page; the host's maps use the same.
       int box_rows = kTileN;
-      if constexpr (kPaged) {
-        int a = p.page_size, b = kTileN;  // Euclid
-        while (b != 0) {
-          const int t = a % b;
-          a = b;
-          b = t;
-        }
-        box_rows = a;
-      }
+      if constexpr (kPaged) box_rows = gcd_positive(p.page_size, kTileN);
       // Where this lane's box of the block starting at key n0 lives: (page, row in page), or
       // row -1 past the sequence's keys. (A bad, e.g. negative, page id still loads: TMA
       // zero-fills coordinates outside the tensor and the barrier gets its bytes; a skipped

@@ -837,13 +837,14 @@ fn flagship_packed_gqa() {
     run_all("flagship_packed_gqa", &cases);
 }
 
-/// Windows on the flagship's window blocks (`KernelSpec::wgmma_window_blocks`: a tile's K
+/// Windows on the flagship's window blocks (`KernelSpec::window_blocks`: a tile's K
 /// blocks laid from its first visible key, off the grid of tile_n keys): d 64 on the tiles
 /// packed windows choose among and the narrow and one-block ones (192x80, 128x144, 64x144),
 /// the wider head dims on theirs; windows of left 127 (gpt-oss), random below 400, or past
 /// every sequence (block 0 at key 0 again), right random up to 64 or 0 with causal; dense,
 /// ragged (a sequence ending inside a tile's last block: V's tail zeroed from a block start
-/// off the grid) and paged (the grid kept); lengths 1, 7, 113 and up to 1200, Sq != Sk both
+/// off the grid) and paged at 16, 48 and 128 keys (blocks from the TMA box boundary at or
+/// before that key: boxes of 16, 48 or whole blocks); lengths 1, 7, 113 and up to 1200, Sq != Sk both
 /// ways; packed GQA (G 8) and unpacked (G 2), sinks. On an sm90 device every case must run on
 /// the flagship.
 fn window_block_cases() -> Vec<Case> {
@@ -870,6 +871,8 @@ fn window_block_cases() -> Vec<Case> {
         (false, KLayout::Batched),
         (true, KLayout::Packed),
         (true, KLayout::Paged(16)),
+        (true, KLayout::Paged(48)),
+        (true, KLayout::Paged(128)),
     ];
     let mut cases = Vec::new();
     let mut i = 0usize;
@@ -912,8 +915,8 @@ fn flagship_window_blocks() {
     run_all("flagship_window_blocks", &window_block_cases());
 }
 
-/// CPU: every window-block case selects the flagship on its tile, packed as asked, and with
-/// window blocks where its K/V is not paged.
+/// CPU: every window-block case selects the flagship on its tile, packed as asked, with
+/// window blocks.
 #[test]
 fn window_block_cases_select_window_blocks() {
     let mut rng = StdRng::seed_from_u64(0);
@@ -925,13 +928,123 @@ fn window_block_cases_select_window_blocks() {
             "{}",
             c.name()
         );
-        assert_eq!(
-            s.wgmma_window_blocks(),
-            !matches!(c.k, KLayout::Paged(_)),
-            "{}",
-            c.name()
-        );
+        assert!(s.window_blocks(), "{}", c.name());
     }
+}
+
+/// Windows on the portable kernel's window blocks (`KernelSpec::window_blocks`: a CTA's K
+/// blocks laid from its first visible key), the calls sm90 sends there: decode steps (packed
+/// rows of 1..8 queries: the decode tile, 64x128, or 64x64 past d 128), split-KV prefill and
+/// page sizes TMA cannot box (1, 12). K/V dense, ragged and paged at 1, 12, 16, 48, 128 and 256
+/// keys, tables shuffled: window blocks start inside pages, a block in one page where it fits
+/// (`one_page`) and row by row where it crosses. Windows of left 127 (gpt-oss), random below
+/// 1100, or past every key; right 0 (with causal too) or random up to 40; rows that see no key
+/// (Sq > Sk, right 0); splits 1, 3 and the heuristic; lengths 0, 1, 7, 113 and up to 9000;
+/// sinks; G 8 and 1; d 64, 128 and 256.
+fn portable_window_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(61);
+    let layouts = [
+        (false, KLayout::Batched),
+        (true, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+        (true, KLayout::Paged(128)),
+        (true, KLayout::Paged(1)),
+        (true, KLayout::Paged(48)),
+        (true, KLayout::Paged(256)),
+        (true, KLayout::Paged(12)),
+    ];
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (q_packed, k) in layouts {
+        // Decode steps and short chunks over long caches (the decode tile), d 64 G 8 and d 128
+        // G 4 by turns, the split heuristic or none.
+        for j in 0..3 {
+            let seqs = if q_packed {
+                let mut seqs = vec![(1, 5000), (8 / (1 + j), 300), (1, 1), (3, 0), (1, 129)];
+                seqs.push((rng.random_range(1..=4), rng.random_range(1..9000)));
+                seqs
+            } else {
+                vec![(1 + 7 * j, 3000 + 511 * j); 2]
+            };
+            let mut c = Case::base(seqs);
+            c.q_packed = q_packed;
+            c.k = k;
+            (c.d, c.dv, c.heads) = if i.is_multiple_of(2) {
+                (64, 64, 16)
+            } else {
+                (128, 128, 8)
+            };
+            c.heads_kv = 2;
+            c.num_splits = [0, 1, 3][j];
+            c.causal = j == 1;
+            c.window = (
+                Some([127, rng.random_range(0..1100), 127][j]),
+                Some(if c.causal {
+                    0
+                } else {
+                    [0, 0, rng.random_range(0..=40)][j]
+                }),
+            );
+            c.sinks = i % 3 != 1;
+            c.dtype = DType::ALL[i % 2];
+            cases.push(c);
+            i += 1;
+        }
+        // Prefill, split in 3: Sq != Sk both ways, rows that see no key, odd lengths.
+        let seqs = if q_packed {
+            vec![(200, 500), (500, 200), (113, 113), (7, 1), (0, 40)]
+        } else {
+            vec![(257, 700); 2]
+        };
+        let mut c = Case::base(seqs);
+        c.q_packed = q_packed;
+        c.k = k;
+        c.num_splits = 3;
+        c.window = [
+            (Some(127), Some(0)),
+            (Some(0), Some(0)),
+            (Some(2000), Some(17)),
+        ][i % 3];
+        c.sinks = i.is_multiple_of(2);
+        cases.push(c);
+        i += 1;
+    }
+    // d 256 (the decode tile 64x64) and G 1.
+    for (j, k) in [KLayout::Batched, KLayout::Paged(16), KLayout::Paged(1)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut c = Case::base(vec![(1, 4000), (2, 777), (1, 64)]);
+        c.q_packed = true;
+        c.k = k;
+        (c.d, c.dv, c.heads, c.heads_kv) = (256, 256, 4, 4 - 2 * (j % 2));
+        c.num_splits = 0;
+        c.window = (Some([1023, 127, 300][j]), Some(0));
+        c.dtype = DType::ALL[j % 2];
+        cases.push(c);
+    }
+    cases
+}
+
+#[test]
+fn portable_window_blocks() {
+    run_all("portable_window_blocks", &portable_window_cases());
+}
+
+/// CPU: every portable-window case selects the portable kernel with window blocks.
+#[test]
+fn portable_window_cases_select_window_blocks() {
+    let mut rng = StdRng::seed_from_u64(0);
+    let cases = portable_window_cases();
+    assert!(cases.len() >= 30, "{} cases", cases.len());
+    let mut wrong = Vec::new();
+    for c in cases {
+        let s = h200_selection(&c, &mut rng).spec;
+        if (s.imp, s.window_blocks()) != (fa4gen::spec::Impl::Portable, true) {
+            wrong.push(format!("{} -> {}", c.name(), s.stem()));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
 /// The stale max (`KernelSpec::wgmma_stale_max`) under the serving features that keep it:

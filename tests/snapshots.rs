@@ -62,7 +62,7 @@ fn sm90_wgmma_d192_causal_stale_max() {
 #[test]
 fn sm90_wgmma_packed_window_sink() {
     // gpt-oss's sliding layer: K blocks laid from each tile's first visible key
-    // (`KernelSpec::wgmma_window_blocks`).
+    // (`KernelSpec::window_blocks`).
     snap("fwd.sm90.wgmma.bf16.d64x64.m192n80.q1.local.packgqa.sink");
 }
 #[test]

@@ -36,6 +36,11 @@ constexpr bool kWriteLse = false;
 constexpr bool kPackGqa = true;
 constexpr bool kVarlen = false, kPaged = false;
 constexpr bool kSink = false, kSoftcap = false, kSplit = false;
+// Window blocks (KernelSpec::window_blocks): under a local window block nb holds keys n_base +
+// nb * kTileN.., n_base the CTA's first visible key, not the grid's nb * kTileN..: its span of
+// (queries + window) keys takes ceil(span / kTileN) blocks wherever it lies, where the grid can
+// take one more (a decode step's 128-key window: one 128-key block, two on the grid).
+constexpr bool kWindowBlocks = false;
 using Seq = SeqInfo<kVarlen, kPaged>;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
@@ -62,20 +67,22 @@ static_assert(__builtin_offsetof(FwdParams, group) == 268 &&
 #endif
 #endif
 
-// Copy K or V block nb of this CTA's (sequence, kv head) into shared memory. The sequence and
-// head offsets are recomputed from the block index at each load rather than held across the
-// main loop: at 255 registers a held 64-bit base spills.
+// Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
+// shared memory. The sequence and head offsets are recomputed from the block index at each load
+// rather than held across the main loop: at 255 registers a held 64-bit base spills.
 template <int COLS, int STRIDE>
 FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64 batch_stride, i64 head_stride,
-                              i64 row_stride, int nb, int seqlen_k, int cols_valid, const int* page_entries) {
+                              i64 row_stride, int nb, int n0, int seqlen_k, int cols_valid, const int* page_entries) {
   const int z = (int)block_index_z_fresh();
   const int b = kSplit ? z / p.num_splits : z;
   const int hkv = kPackGqa ? (int)block_index_y_fresh() : (int)block_index_y_fresh() / p.group;
   const u16* head_base = base + hkv * head_stride;
-  const int n0 = nb * kTileN;
   if constexpr (kPaged) {
     const int* entries = page_entries + (nb & 1) * kPageSlot;  // this block's slot (see the main loop)
-    if (p.page_size % kTileN == 0) {  // the block lies in one page: one entry, a uniform stride
+    // The block lies in one page: one entry, a uniform stride. On the grid, wherever pages
+    // are whole blocks; window blocks start anywhere, so per block.
+    const bool one_page = kWindowBlocks ? n0 % p.page_size + kTileN <= p.page_size : p.page_size % kTileN == 0;
+    if (one_page) {
       load_rows_async<kTileN, COLS, STRIDE, kThreads>(
           smem, head_base + paged_row_offset(p, entries, n0, 0, batch_stride, row_stride), row_stride,
           seqlen_k - n0, cols_valid);
@@ -174,8 +181,17 @@ fa4gen_fwd_sm120_portable_bf16_d128x128_m128n64_q1_causal_packgqa(const __grid_c
 
   const BottomRightMask<kMask> mask{seq.seqlen_k, seq.seqlen_k - seq.seqlen_q, p.window_left, p.window_right};
   const int m0 = query_of(row0), m1 = query_of(row_end - 1) + 1;
-  int n_lo = mask.block_lo(m0, kTileN);
-  int n_hi = mask.block_hi(m1, kTileN);
+  int n_base = 0, n_lo, n_hi;  // blocks [n_lo, n_hi); block nb's first key n_base + nb * kTileN
+  if constexpr (kWindowBlocks) {
+    n_base = mask.lo(m0);
+    const int span = mask.hi(m1 - 1) - n_base;
+    n_lo = 0;
+    n_hi = span > 0 ? (span + kTileN - 1) / kTileN : 0;
+  } else {
+    n_lo = mask.block_lo(m0, kTileN);
+    n_hi = mask.block_hi(m1, kTileN);
+  }
+  auto key_of = [&](int nb) { return n_base + nb * kTileN; };
   if constexpr (kSplit) {
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
     const int split = blockIdx.z % p.num_splits;
@@ -192,17 +208,17 @@ fa4gen_fwd_sm120_portable_bf16_d128x128_m128n64_q1_causal_packgqa(const __grid_c
   // loads (prefetch_pages), so they are resident when its K and then its V are loaded.
   const int* page_entries = reinterpret_cast<const int*>(smem + kSmemPages);
   auto load_k = [&](int nb) {
-    load_kv_block<kDPad, kKRow>(sK, p, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb, seq.seqlen_k, kD,
-                                page_entries);
+    load_kv_block<kDPad, kKRow>(sK, p, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb, key_of(nb),
+                                seq.seqlen_k, kD, page_entries);
   };
   auto load_v = [&](int nb) {
-    load_kv_block<kDvPad, kVRow>(sV, p, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb, seq.seqlen_k,
-                                 kDv, page_entries);
+    load_kv_block<kDvPad, kVRow>(sV, p, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb, key_of(nb),
+                                 seq.seqlen_k, kDv, page_entries);
   };
   auto prefetch_pages = [&](int nb) {
     if constexpr (kPaged)
-      prefetch_page_entries<kTileN, kThreads>(smem_u32(smem + kSmemPages) + (nb & 1) * kPageSlot * 4, p, batch, nb,
-                                              seq.seqlen_k);
+      prefetch_page_entries<kTileN, kThreads>(smem_u32(smem + kSmemPages) + (nb & 1) * kPageSlot * 4, p, batch,
+                                              key_of(nb), seq.seqlen_k);
   };
 
   // ---- prologue: Q and the first (highest) K block in one group ----
@@ -266,7 +282,7 @@ fa4gen_fwd_sm120_portable_bf16_d128x128_m128n64_q1_causal_packgqa(const __grid_c
             for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_accurate(s[mt][nt][e] * cs);
       }
 
-      const int n0 = nb * kTileN;
+      const int n0 = key_of(nb);
       if (mask.block_is_partial(m0, m1, n0, kTileN)) {
         // Visible keys of a row, relative to this thread's first column: the per-element test is
         // then a compare against the compile-time column offset. The rows' query indices are

@@ -318,7 +318,7 @@ struct Tiles {
     w.q1 = w.m1 > w.m0 ? query_of(w.m1 - 1) + 1 : w.q0;
     const BottomRightMask<kMask> mask = w.mask(p);
     // A window's blocks are laid from the tile's first visible key (KernelSpec::
-    // wgmma_window_blocks): its span of keys in as few blocks as it takes.
+    // window_blocks): its span of keys in as few blocks as it takes.
     w.n_base = mask.lo(w.q0);
     const int span = mask.hi(w.q1 - 1) - w.n_base;
     w.n_hi = w.n_blocks = span > 0 ? (span + kTileN - 1) / kTileN : 0;  // visited last to first
@@ -525,15 +525,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d64x64_m128n64_q1_local_lse_packgqa(const __grid_cons
       // Paged: a block of kTileN keys is boxes of gcd(page_size, kTileN) rows (a multiple of
       // 8: whole 1024-byte swizzle atoms), each inside one page; the host's maps use the same.
       int box_rows = kTileN;
-      if constexpr (kPaged) {
-        int a = p.page_size, b = kTileN;  // Euclid
-        while (b != 0) {
-          const int t = a % b;
-          a = b;
-          b = t;
-        }
-        box_rows = a;
-      }
+      if constexpr (kPaged) box_rows = gcd_positive(p.page_size, kTileN);
       // Where this lane's box of the block starting at key n0 lives: (page, row in page), or
       // row -1 past the sequence's keys. (A bad, e.g. negative, page id still loads: TMA
       // zero-fills coordinates outside the tensor and the barrier gets its bytes; a skipped

@@ -14,6 +14,9 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   decode     Sq = 1, d128, H32/Hkv8, B in {1, 8, 64}, Sk in {4k, 32k, 128k}, contiguous and
              page 128: split-KV (heuristic) and unsplit, as KV bandwidth, beside SDPA; plus a
              check that a captured decode step replays to the eager result bit for bit
+  window-decode  sliding-window decode steps (gpt-oss d64 window 128, Gemma-3 d256 window 1024),
+             B in {1, 8, 64}, Sk in {4k, 32k}, contiguous and pages of 16 / 128, beside the same call
+             on the window's keys sliced out (fa4gen dense, SDPA)
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
@@ -127,16 +130,13 @@ def window():
         stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)
         tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
         # Visited blocks (packed GQA rows: Sq * G) against the unmasked kernel's blocks, laid
-        # as the kernel lays them: the flagship from each tile's first visible key
-        # (KernelSpec::wgmma_window_blocks), the portable kernel on the grid of tn keys.
+        # as the kernels lay them under a window: from each tile's first visible key
+        # (KernelSpec::window_blocks).
         visited = 0
         for m0 in range(0, s * g, tm):
             q0, q1 = m0 // g, min(s, (m0 + tm - 1) // g + 1)
             lo = max(0, q0 - (w - 1))
-            if ".wgmma." in stem:
-                visited += (q1 - lo + tn - 1) // tn
-            else:
-                visited += (q1 - 1) // tn - lo // tn + 1
+            visited += (q1 - lo + tn - 1) // tn
         total_full = math.ceil(s * g / fm) * math.ceil(s / fn_)
         work = visited * tm * tn / (total_full * fm * fn_)
         emit(bench="window128-S16k", tile=tile, ms_window=round(t_win, 4), ms_unmasked=round(t_full, 4),
@@ -395,6 +395,55 @@ def pack_gqa():
         del qs, ks, vs
 
 
+def window_decode():
+    """Sliding-window decode steps (Sq = 1, window (w - 1, 0)) over a long cache, as an engine calls
+    them: fa4gen's window call over the whole cache (contiguous, and pages of 16 and 128, shuffled),
+    beside its dense call over the window's keys sliced out (what the window call should cost) and
+    SDPA on that slice. GB/s of the window's K/V, read once."""
+    for model, d, h, hkv, w, sink in (("gpt-oss", 64, 64, 8, 128, True), ("gemma-3", 256, 16, 8, 1024, False)):
+        for sk in (4096, 32768):
+            for b in (1, 8, 64):
+                win_bytes = 2 * b * min(w, sk) * hkv * d * 2
+                n = copies_for(2 * b * sk * hkv * d * 2)
+                qs = [torch.randn(b, 1, h, d, device=DEV, dtype=BF) for _ in range(n)]
+                ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+                vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+                sinks = torch.randn(h, device=DEV) if sink else None
+                row = dict(bench="window-decode", model=model, d=d, h=h, hkv=hkv, window=w, B=b, Sk=sk,
+                           window_kv_mb=round(win_bytes / 2**20, 2))
+                us = lambda ms: round(ms * 1e3, 2)  # noqa: E731
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True,
+                                                                    window_size=(w - 1, 0), learnable_sink=sinks,
+                                                                    num_splits=0), n)
+                row["fa4gen_us"], row["fa4gen_window_GBs"] = us(ms), round(win_bytes / ms / 1e6, 1)
+                row["kernel"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, window_size=(w - 1, 0),
+                                                   learnable_sink=sinks, num_splits=0)
+                kw_ = [k[:, -w:].contiguous() for k in ks]
+                vw_ = [v[:, -w:].contiguous() for v in vs]
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], kw_[i], vw_[i], causal=True,
+                                                                    learnable_sink=sinks, num_splits=0), n)
+                row["fa4gen_slice_us"] = us(ms)
+                for name, backend in PEERS:
+                    ms = sdpa_ms(backend, qs, kw_, vw_, enable_gqa=True)
+                    row[f"sdpa_{name}_slice_us"] = ms if isinstance(ms, str) else us(ms)
+                del kw_, vw_
+                for page in (16, 128):
+                    pps = sk // page
+                    perm = torch.randperm(b * pps, device=DEV).to(torch.int32).view(b, pps)
+                    kpg = torch.empty(b * pps, page, hkv, d, device=DEV, dtype=BF)
+                    vpg = torch.empty_like(kpg)
+                    kpg[perm.flatten().long()] = ks[0].reshape(b * pps, page, hkv, d)
+                    vpg[perm.flatten().long()] = vs[0].reshape(b * pps, page, hkv, d)
+                    ms = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(
+                        qs[0], kpg, vpg, page_table=perm, causal=True, window_size=(w - 1, 0),
+                        learnable_sink=sinks, num_splits=0), 1)
+                    row[f"fa4gen_paged{page}_us"] = us(ms)
+                    del kpg, vpg
+                emit(**row)
+                del qs, ks, vs
+                torch.cuda.empty_cache()
+
+
 def warm_up_clocks(seconds=1.0):
     """Run the GPU busy for a while so the first timed section does not meet ramping clocks."""
     a = torch.randn(4096, 4096, device=DEV, dtype=BF)
@@ -410,7 +459,7 @@ def warm_up_clocks(seconds=1.0):
 
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
-            "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles}
+            "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":

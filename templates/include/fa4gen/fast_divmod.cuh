@@ -27,4 +27,15 @@ struct FastDivmod {
   }
 };
 
+// The greatest common divisor of a, b > 0 (Euclid): a paged kernel's TMA box rows,
+// gcd(page_size, tile_n), worked out once per CTA.
+FA4_DEVICE int gcd_positive(int a, int b) {
+  while (b != 0) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 }  // namespace fa4

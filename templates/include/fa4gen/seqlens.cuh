@@ -60,8 +60,7 @@ FA4_DEVICE i64 kv_seq_offset(const FwdParams& p, int b, i64 batch_stride, i64 ro
 // A block of TILE_N keys starting at n0 spans entries n0 / page_size ..
 // (min(n0 + TILE_N, seqlen_k) - 1) / page_size: at most TILE_N + 1 (page size 1).
 template <int TILE_N, int NTHREADS>
-FA4_DEVICE void prefetch_page_entries(u32 slot, const FwdParams& p, int b, int nb, int seqlen_k) {
-  const int n0 = nb * TILE_N;
+FA4_DEVICE void prefetch_page_entries(u32 slot, const FwdParams& p, int b, int n0, int seqlen_k) {
   const int first = n0 / p.page_size;
   const int last = (min(n0 + TILE_N, seqlen_k) - 1) / p.page_size;
   const int* row = p.page_table + (i64)b * p.page_table_batch_stride;

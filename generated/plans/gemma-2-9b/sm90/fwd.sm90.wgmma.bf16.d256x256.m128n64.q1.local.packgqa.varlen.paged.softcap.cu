@@ -200,7 +200,7 @@ struct Tile {
   int seqlen_q, seqlen_k;  // this sequence's (varlen: its own; else the call's)
   int q_row, q_batch;      // TMA coordinates of query q0 (packed q: among all rows, batch 0)
   int k_row, k_batch;      // of key 0 (packed k: among all rows, batch 0; paged: unused)
-  static constexpr int n_base = 0;
+  int n_base;              // the key block 0 starts at: the tile's first visible key
   static constexpr int n_skip = 0;
   static constexpr bool ghost = false;
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
@@ -244,6 +244,9 @@ struct Tiles {
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group, the run.
   FastDivmod by_fast, by_heads, by_group, by_run;
+  // Paged window blocks start on a TMA box's boundary: gcd(page_size, kTileN) keys (the
+  // producer's box_rows), so that each box lies in one page.
+  FastDivmod by_box;
   FA4_DEVICE explicit Tiles(const FwdParams& p)
       : group(kPackGqa ? p.group : 1),
         heads(kPackGqa ? p.heads_kv : p.heads),
@@ -256,7 +259,8 @@ struct Tiles {
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
-        by_run(run) {}
+        by_run(run),
+        by_box(gcd_positive(p.page_size, kTileN)) {}
   // The query of packed row r and its head within the group (r itself and 0 unpacked): shifts,
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
@@ -315,8 +319,17 @@ struct Tiles {
     w.m1 = min(w.m0 + kTileM, w.rows);
     w.q1 = w.m1 > w.m0 ? query_of(w.m1 - 1) + 1 : w.q0;
     const BottomRightMask<kMask> mask = w.mask(p);
-    w.n_hi = mask.block_hi(w.q1, kTileN);
-    w.n_blocks = max(w.n_hi - mask.block_lo(w.q0, kTileN), 0);  // visited last to first
+    // A window's blocks are laid from the tile's first visible key (KernelSpec::
+    // window_blocks): its span of keys in as few blocks as it takes.
+    w.n_base = mask.lo(w.q0);
+    // Paged: from the box boundary at or before it (a box lies in one page).
+    {
+      int boxes, past;
+      by_box.divmod(w.n_base, boxes, past);
+      w.n_base -= past;
+    }
+    const int span = mask.hi(w.q1 - 1) - w.n_base;
+    w.n_hi = w.n_blocks = span > 0 ? (span + kTileN - 1) / kTileN : 0;  // visited last to first
     return w;
   }
 };
@@ -520,15 +533,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_packgqa_varlen_paged_softca
       // Paged: a block of kTileN keys is boxes of gcd(page_size, kTileN) rows (a multiple of
       // 8: whole 1024-byte swizzle atoms), each inside one page; the host's maps use the same.
       int box_rows = kTileN;
-      if constexpr (kPaged) {
-        int a = p.page_size, b = kTileN;  // Euclid
-        while (b != 0) {
-          const int t = a % b;
-          a = b;
-          b = t;
-        }
-        box_rows = a;
-      }
+      if constexpr (kPaged) box_rows = gcd_positive(p.page_size, kTileN);
       // Where this lane's box of the block starting at key n0 lives: (page, row in page), or
       // row -1 past the sequence's keys. (A bad, e.g. negative, page id still loads: TMA
       // zero-fills coordinates outside the tensor and the barrier gets its bytes; a skipped

@@ -520,15 +520,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n80_q1_causal_lse_packgqa_paged_softcap(
       // Paged: a block of kTileN keys is boxes of gcd(page_size, kTileN) rows (a multiple of
       // 8: whole 1024-byte swizzle atoms), each inside one page; the host's maps use the same.
       int box_rows = kTileN;
-      if constexpr (kPaged) {
-        int a = p.page_size, b = kTileN;  // Euclid
-        while (b != 0) {
-          const int t = a % b;
-          a = b;
-          b = t;
-        }
-        box_rows = a;
-      }
+      if constexpr (kPaged) box_rows = gcd_positive(p.page_size, kTileN);
       // Where this lane's box of the block starting at key n0 lives: (page, row in page), or
       // row -1 past the sequence's keys. (A bad, e.g. negative, page id still loads: TMA
       // zero-fills coordinates outside the tensor and the barrier gets its bytes; a skipped
