@@ -213,7 +213,15 @@ impl ModelAttention {
                                 .into_iter()
                                 .flatten()
                             {
-                                if paged {
+                                if paged && c.mask == Mask::Local {
+                                    // Chosen by shape among the tiles pages of 16 and 128 fit
+                                    // (`SpecClass::flagship_for_paged_shape`).
+                                    out.extend(c.flagship_by_shape().filter(|s| {
+                                        [16, 128]
+                                            .iter()
+                                            .any(|&pg| crate::runtime::tma::page_fits(pg, s.tile_n))
+                                    }));
+                                } else if paged {
                                     out.extend(c.flagship_for_pages(128));
                                     out.extend(c.flagship_for_pages(16));
                                 } else {
@@ -294,9 +302,6 @@ mod tests {
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
                 let flagship_dims =
                     m.head_dim.is_multiple_of(16) && m.head_dim_v.is_multiple_of(16);
-                // Per mask and LSE: dense, varlen, and for each paged class one or two tiles
-                // (whole 128-key pages and pages of 16 may want different ones).
-                let per = m.full_layers as usize + m.sliding_window.is_some() as usize;
                 if arch == Arch::Sm90 && flagship_dims {
                     let (paged, unpaged): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
                         flagship.iter().partition(|s| s.feat.paged);
@@ -330,10 +335,22 @@ mod tests {
                             assert!(narrow.iter().any(|s| s.tile_n < 128), "{name} {arch}");
                         }
                     }
+                    // Local masks: by shape among the tiles pages fit (all of them), the same
+                    // set as unpaged; full layers one or two tiles (128-key and 16-key pages).
+                    let (paged_local, paged_full): (Vec<&&KernelSpec>, Vec<&&KernelSpec>) = paged
+                        .iter()
+                        .partition(|s| s.mask == crate::spec::Mask::Local);
+                    let unpaged_local = unpaged
+                        .iter()
+                        .filter(|s| s.mask == crate::spec::Mask::Local)
+                        .count();
+                    assert_eq!(paged_local.len(), unpaged_local, "{name} {arch}");
+                    let full = m.full_layers as usize;
                     assert!(
-                        (per * 2 * 2 * variants..=per * 2 * 4 * variants).contains(&paged.len()),
+                        (full * 2 * 2 * variants..=full * 2 * 4 * variants)
+                            .contains(&paged_full.len()),
                         "{name} {arch}: {}",
-                        paged.len()
+                        paged_full.len()
                     );
                     assert!(
                         paged

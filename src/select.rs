@@ -308,6 +308,9 @@ pub fn select_with(
                             .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
                 }),
                 None => match p.paged {
+                    Some(pg) if prefer.by_shape => {
+                        fclass.flagship_for_paged_shape(pg.page_size, shape)
+                    }
                     Some(pg) => fclass.flagship_for_pages(pg.page_size),
                     None if prefer.by_shape => fclass.flagship_for_shape(shape),
                     None => fclass.flagship(),

@@ -435,10 +435,9 @@ impl KernelSpec {
     }
 
     /// Whether a kernel's K blocks start at its rows' first visible key rather than on the
-    /// grid of `tile_n` keys: a local window, on either family. A
-    /// window tile's keys are a span of (its queries + window) keys anywhere on the key axis;
-    /// blocks laid from its start cover it in ceil(span / tile_n) blocks, where the grid can
-    /// need one more (a packed 24-query tile under gpt-oss's 128-key window spans 151 keys: 3
+    /// grid of `tile_n` keys: a local window, on either family. A window tile's keys are a
+    /// span of (its queries + window) keys anywhere on the key axis; blocks laid from its
+    /// start cover it in ceil(span / tile_n) blocks, where the grid can need one more (a packed 24-query tile under gpt-oss's 128-key window spans 151 keys: 3
     /// blocks of 64 on the span, 3 or 4 on the grid; 2 of 80 on the span; a decode step's 128
     /// keys: one 128-key block, two on the grid). Causal and unmasked tiles start at key 0
     /// either way. With paged K/V the wgmma kernel starts a tile's blocks at the TMA box

@@ -92,16 +92,7 @@ impl SpecClass {
     /// against 463-471/404-412 for 128x128 at 4k, but 276-280 against 292-302 at 1k causal,
     /// where a 192-row tile's padding and diagonal cost more than its rate gains.
     pub fn flagship_for_shape(self, shape: TileShape) -> Option<KernelSpec> {
-        // The first of equal costs wins: the table's order breaks ties.
-        self.flagship_by_shape()
-            .fold(None, |best: Option<(f64, KernelSpec)>, s| {
-                let c = shape.cost(&s);
-                match best {
-                    Some((b, _)) if b <= c => best,
-                    _ => Some((c, s)),
-                }
-            })
-            .map(|(_, s)| s)
+        cheapest(self.flagship_by_shape(), shape)
     }
 
     /// The flagship tiles `flagship_for_shape` chooses among: the table's first, and the
@@ -142,6 +133,29 @@ impl SpecClass {
             })
     }
 
+    /// The flagship for paged K/V of `page_size` keys and a call of `shape`. Under a local
+    /// window blocks start at each tile's window (at the TMA box boundary before it), not on
+    /// pages, so the tile is chosen by shape (`flagship_for_shape`) among those the pages fit:
+    /// H200, B 1, S 16k, H 32/4, window 128, d 64, sustained, two rounds, TFLOP/s on the
+    /// visible pairs (`…-session20-paged-window-ab.txt`): pages of 16 192x80 202 (boxes of 16
+    /// rows), 128x144 199, 192x128 163, 192x64 163; pages of 128 192x80 205, 192x128 156 (the
+    /// grid's 157; contiguous 192x80 225). Otherwise `flagship_for_pages`.
+    pub fn flagship_for_paged_shape(
+        self,
+        page_size: usize,
+        shape: TileShape,
+    ) -> Option<KernelSpec> {
+        if self.mask != Mask::Local {
+            return self.flagship_for_pages(page_size);
+        }
+        use crate::runtime::tma::page_fits;
+        cheapest(
+            self.flagship_by_shape()
+                .filter(|s| page_fits(page_size, s.tile_n)),
+            shape,
+        )
+    }
+
     /// The flagship's implementable specs for this class, best first (packed GQA as the
     /// class says: selection takes a class unpacked where the flagship cannot pack it).
     fn flagship_tiles(self) -> impl Iterator<Item = KernelSpec> {
@@ -170,6 +184,20 @@ impl SpecClass {
             .map(|&(m, n)| self.on_tile(m, n))
             .find(|s| s.can_implement().is_ok())
     }
+}
+
+/// The spec of least `TileShape::cost` for `shape`; the first of equal costs wins, so the
+/// table's order breaks ties.
+fn cheapest(specs: impl Iterator<Item = KernelSpec>, shape: TileShape) -> Option<KernelSpec> {
+    specs
+        .fold(None, |best: Option<(f64, KernelSpec)>, s| {
+            let c = shape.cost(&s);
+            match best {
+                Some((b, _)) if b <= c => best,
+                _ => Some((c, s)),
+            }
+        })
+        .map(|(_, s)| s)
 }
 
 /// Tiles of the wgmma kernel, best first: two 64-row consumer warpgroups, K/V tiles as wide as

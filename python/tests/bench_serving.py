@@ -15,7 +15,7 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              page 128: split-KV (heuristic) and unsplit, as KV bandwidth, beside SDPA; plus a
              check that a captured decode step replays to the eager result bit for bit
   window-decode  sliding-window decode steps (gpt-oss d64 window 128, Gemma-3 d256 window 1024),
-             B in {1, 8, 64}, Sk in {4k, 32k}, contiguous and pages of 16 / 128, beside the same call
+             B in {1, 8, 64}, Sk in {4133, 32771}, contiguous and pages of 16 / 128, beside the same call
              on the window's keys sliced out (fa4gen dense, SDPA)
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
@@ -401,7 +401,9 @@ def window_decode():
     beside its dense call over the window's keys sliced out (what the window call should cost) and
     SDPA on that slice. GB/s of the window's K/V, read once."""
     for model, d, h, hkv, w, sink in (("gpt-oss", 64, 64, 8, 128, True), ("gemma-3", 256, 16, 8, 1024, False)):
-        for sk in (4096, 32768):
+        # Cache lengths off every block grid (a decode step's are arbitrary; on a multiple of
+        # the tile both layouts visit the same blocks).
+        for sk in (4133, 32771):
             for b in (1, 8, 64):
                 win_bytes = 2 * b * min(w, sk) * hkv * d * 2
                 n = copies_for(2 * b * sk * hkv * d * 2)
@@ -427,15 +429,17 @@ def window_decode():
                     ms = sdpa_ms(backend, qs, kw_, vw_, enable_gqa=True)
                     row[f"sdpa_{name}_slice_us"] = ms if isinstance(ms, str) else us(ms)
                 del kw_, vw_
+                used = torch.full((b,), sk, device=DEV, dtype=torch.int32)
                 for page in (16, 128):
-                    pps = sk // page
+                    pps = -(-sk // page)  # the last page partly used (seqused_k)
                     perm = torch.randperm(b * pps, device=DEV).to(torch.int32).view(b, pps)
-                    kpg = torch.empty(b * pps, page, hkv, d, device=DEV, dtype=BF)
-                    vpg = torch.empty_like(kpg)
-                    kpg[perm.flatten().long()] = ks[0].reshape(b * pps, page, hkv, d)
-                    vpg[perm.flatten().long()] = vs[0].reshape(b * pps, page, hkv, d)
+                    kpg = torch.zeros(b * pps, page, hkv, d, device=DEV, dtype=BF)
+                    vpg = torch.zeros_like(kpg)
+                    pad = lambda x: F.pad(x, (0, 0, 0, 0, 0, pps * page - sk))  # noqa: E731
+                    kpg[perm.flatten().long()] = pad(ks[0]).reshape(b * pps, page, hkv, d)
+                    vpg[perm.flatten().long()] = pad(vs[0]).reshape(b * pps, page, hkv, d)
                     ms = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(
-                        qs[0], kpg, vpg, page_table=perm, causal=True, window_size=(w - 1, 0),
+                        qs[0], kpg, vpg, page_table=perm, seqused_k=used, causal=True, window_size=(w - 1, 0),
                         learnable_sink=sinks, num_splits=0), 1)
                     row[f"fa4gen_paged{page}_us"] = us(ms)
                     del kpg, vpg
