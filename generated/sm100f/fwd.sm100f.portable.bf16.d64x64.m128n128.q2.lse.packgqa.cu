@@ -10,7 +10,8 @@
 //   all 256 threads: cp.async of the Q block once, then K and V tiles of 128 keys, alternating
 //
 // Pipeline per K block (one K and one V buffer, FA2's interleave): the V load is in flight while
-// S = Q K^T and the softmax run; the next K load is in flight while O += P V runs.
+// S = Q K^T and the softmax run; the next K load is in flight while O += P V runs. The first
+// block's V loads with Q and its K (the V buffer is free then).
 // Grid: (ceil(rows / 256), heads_kv, batch), rows = Sq * (H / Hkv) packed as (query, head-in-group), group fastest.
 // Features: varlen=false paged=false sink=false softcap=false split=false
 #include "fa4gen/fwd_params.cuh"
@@ -244,6 +245,10 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m128n128_q2_lse_packgqa(const __grid_cons
     load_k(n_hi - 1);
   }
   cp_async_commit();
+  // The first block's V too, in a group of its own: its buffer is free, and a CTA of one or two
+  // blocks (a decode step, a split's share) otherwise waits out its K's load and then its V's.
+  if (n_hi > n_lo) load_v(n_hi - 1);
+  cp_async_commit();
 
   const int warp_row0 = warp * kWarpM;  // this warp's first row within the CTA block
   const u32 sQw = sQ + warp_row0 * kQRow * 2;
@@ -263,9 +268,13 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m128n128_q2_lse_packgqa(const __grid_cons
 
   // ---- main loop over K blocks, last to first (the partial blocks come first) ----
   for (int nb = n_hi - 1; nb >= n_lo; --nb) {
-    cp_async_wait<0>();
+    const bool first = nb == n_hi - 1;  // its V is in flight since the prologue
+    if (first)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
     __syncthreads();  // K[nb] (and Q) resident for all; every warp is done with V[nb + 1]
-    load_v(nb);
+    if (!first) load_v(nb);
     if (nb > n_lo) prefetch_pages(nb - 1);  // slot (nb - 1) & 1 was last read before this barrier
     cp_async_commit();
 
