@@ -10,8 +10,7 @@
 //   all 256 threads: cp.async of the Q block once, then K and V tiles of 128 keys, alternating
 //
 // Pipeline per K block (one K and one V buffer, FA2's interleave): the V load is in flight while
-// S = Q K^T and the softmax run; the next K load is in flight while O += P V runs. The first
-// block's V loads with Q and its K (the V buffer is free then).
+// S = Q K^T and the softmax run; the next K load is in flight while O += P V runs.
 // Grid: (ceil(rows / 256), heads_kv, batch), rows = Sq * (H / Hkv) packed as (query, head-in-group), group fastest.
 // Features: varlen=false paged=false sink=false softcap=false split=false
 #include "fa4gen/fwd_params.cuh"
@@ -81,8 +80,9 @@ FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64
   if constexpr (kPaged) {
     const int* entries = page_entries + (nb & 1) * kPageSlot;  // this block's slot (see the main loop)
     // The block lies in one page: one entry, a uniform stride. On the grid, wherever pages
-    // are whole blocks; window blocks start anywhere, so per block (and pages shorter than a
-    // block skip the test: its division per block cost 1.7% at page 16, H200, d 256 decode).
+    // are whole blocks; window blocks start anywhere, so per block. Pages shorter than a block
+    // skip the test (with a division on every block, a d 256 window decode at pages of 16
+    // read 1.7% slower than the grid's layout on the same blocks, H200, B 64).
     const bool one_page = kWindowBlocks ? p.page_size >= kTileN && n0 % p.page_size + kTileN <= p.page_size
                                         : p.page_size % kTileN == 0;
     if (one_page) {
@@ -245,10 +245,6 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m128n128_q2_packgqa(const __grid_constant
     load_k(n_hi - 1);
   }
   cp_async_commit();
-  // The first block's V too, in a group of its own: its buffer is free, and a CTA of one or two
-  // blocks (a decode step, a split's share) otherwise waits out its K's load and then its V's.
-  if (n_hi > n_lo) load_v(n_hi - 1);
-  cp_async_commit();
 
   const int warp_row0 = warp * kWarpM;  // this warp's first row within the CTA block
   const u32 sQw = sQ + warp_row0 * kQRow * 2;
@@ -268,13 +264,9 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m128n128_q2_packgqa(const __grid_constant
 
   // ---- main loop over K blocks, last to first (the partial blocks come first) ----
   for (int nb = n_hi - 1; nb >= n_lo; --nb) {
-    const bool first = nb == n_hi - 1;  // its V is in flight since the prologue
-    if (first)
-      cp_async_wait<1>();
-    else
-      cp_async_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();  // K[nb] (and Q) resident for all; every warp is done with V[nb + 1]
-    if (!first) load_v(nb);
+    load_v(nb);
     if (nb > n_lo) prefetch_pages(nb - 1);  // slot (nb - 1) & 1 was last read before this barrier
     cp_async_commit();
 
