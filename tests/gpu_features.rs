@@ -844,9 +844,9 @@ fn flagship_packed_gqa() {
 /// every sequence (block 0 at key 0 again), right random up to 64 or 0 with causal; dense,
 /// ragged (a sequence ending inside a tile's last block: V's tail zeroed from a block start
 /// off the grid) and paged at 16, 48 and 128 keys (blocks from the TMA box boundary at or
-/// before that key: boxes of 16, 48 or whole blocks); lengths 1, 7, 113 and up to 1200, Sq != Sk both
-/// ways; packed GQA (G 8) and unpacked (G 2), sinks. On an sm90 device every case must run on
-/// the flagship.
+/// before that key: boxes of 16, 48 or whole blocks); lengths 1, 7, 113 and up to 1200,
+/// Sq != Sk both ways; packed GQA (G 8) and unpacked (G 2), sinks. On an sm90 device every
+/// case must run on the flagship.
 fn window_block_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(59);
     // (head dims, tiles)
@@ -940,7 +940,7 @@ fn window_block_cases_select_window_blocks() {
 /// (`one_page`) and row by row where it crosses. Windows of left 127 (gpt-oss), random below
 /// 1100, or past every key; right 0 (with causal too) or random up to 40; rows that see no key
 /// (Sq > Sk, right 0); splits 1, 3 and the heuristic; lengths 0, 1, 7, 113 and up to 9000;
-/// sinks; G 8 and 1; d 64, 128 and 256.
+/// sinks; d 64 (G 8), 128 (G 4) and 256 (G 1 and 2).
 fn portable_window_cases() -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(61);
     let layouts = [
@@ -1009,7 +1009,7 @@ fn portable_window_cases() -> Vec<Case> {
         cases.push(c);
         i += 1;
     }
-    // d 256 (the decode tile 64x64) and G 1.
+    // d 256 (the decode tile 64x64), G 1 and 2.
     for (j, k) in [KLayout::Batched, KLayout::Paged(16), KLayout::Paged(1)]
         .into_iter()
         .enumerate()
