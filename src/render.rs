@@ -81,6 +81,14 @@ pub const HEADERS: &[(&str, &str)] = &[
         "fa4gen/wgmma.cuh",
         include_str!("../templates/include/fa4gen/wgmma.cuh"),
     ),
+    (
+        "fa4gen/block_reduce.cuh",
+        include_str!("../templates/include/fa4gen/block_reduce.cuh"),
+    ),
+    (
+        "fa4gen/grid_dependency.cuh",
+        include_str!("../templates/include/fa4gen/grid_dependency.cuh"),
+    ),
 ];
 
 /// sha256 over every header's name and contents, in `HEADERS` order.

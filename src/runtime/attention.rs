@@ -51,9 +51,8 @@ struct Loaded {
     max_pairs: u32,
 }
 
-/// Threads of the combine kernel: one warp per (query, head), 4 per CTA.
+/// Threads of the combine kernel (`kCombineThreads`): one CTA per (query, head) row.
 const COMBINE_THREADS: u32 = 128;
-const COMBINE_ROWS_PER_CTA: u32 = 4;
 
 /// Scratch bytes the selected kernel needs: split-KV's partials, or the split tail's (sized
 /// for the grid before the pairs' clamp, which only shrinks it).
@@ -534,24 +533,24 @@ impl FlashAttention {
             ));
         };
         let grid = (
-            (problem.seqlen_q as u32).div_ceil(COMBINE_ROWS_PER_CTA),
+            problem.seqlen_q as u32,
             problem.heads as u32,
             problem.batch as u32,
         );
         let mut args = [params as *const FwdParams as *mut c_void];
         // SAFETY: the combine kernel of a verified split module, whose one parameter is an
-        // fa4::FwdParams; it runs after the forward on the same stream.
+        // fa4::FwdParams; it runs after the forward on the same stream, as its programmatic
+        // dependent, and waits for that grid before reading the partials.
         unsafe {
-            cudarc::driver::result::launch_kernel(
+            super::launch::launch_dependent(
                 combine.cu_function(),
                 grid,
-                (COMBINE_THREADS, 1, 1),
+                COMBINE_THREADS,
                 0,
                 stream,
                 &mut args,
             )
         }
-        .call("cuLaunchKernel")
     }
 
     /// FA4's `flash_attn_combine`: reduce `num_splits` (1..=256) fp32 partial outputs and LSEs

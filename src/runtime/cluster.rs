@@ -4,6 +4,7 @@
 //! cubin also runs alone where a call cannot be paired.
 
 use super::error::{DriverCall, Error};
+use super::launch::attribute;
 use cudarc::driver::sys;
 use std::ffi::c_void;
 
@@ -35,11 +36,6 @@ fn config(
         attrs: attr,
         numAttrs: 1,
     }
-}
-
-fn attribute() -> sys::CUlaunchAttribute {
-    // SAFETY: a plain C struct of integers and a union of them: all-zero is a valid value.
-    unsafe { std::mem::zeroed() }
 }
 
 /// How many pairs of `func` (with `threads` and `smem_bytes` of dynamic shared memory) the

@@ -5,6 +5,7 @@ mod cluster;
 mod error;
 #[cfg(feature = "jit")]
 pub mod jit;
+mod launch;
 mod library;
 mod problem;
 pub mod tma;

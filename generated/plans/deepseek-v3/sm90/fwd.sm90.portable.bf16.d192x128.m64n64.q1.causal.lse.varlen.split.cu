@@ -22,6 +22,8 @@
 #include "fa4gen/seqlens.cuh"
 #include "fa4gen/smem_tile.cuh"
 #include "fa4gen/softcap.cuh"
+#include "fa4gen/block_reduce.cuh"     // the combine's reductions
+#include "fa4gen/grid_dependency.cuh"  // the combine launches as the split kernel's dependent
 
 namespace {
 
@@ -331,6 +333,8 @@ fa4gen_fwd_sm90_portable_bf16_d192x128_m64n64_q1_causal_lse_varlen_split(const _
     if (warp_active()) gemm_pv(o, pa, sV, vl);
   }
 
+  grid_dependency_launch();  // the combine may launch now: it waits for this grid's partials
+
   // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised ----
   const int ewarp_row0 = thread_index_fresh() / 32 * kWarpM;  // = warp_row0, recomputed rather than kept live
   // The sink joins the denominator here, or in the combine when K is split (counted once).
@@ -398,51 +402,110 @@ fa4gen_fwd_sm90_portable_bf16_d192x128_m64n64_q1_causal_lse_varlen_split(const _
 }
 
 // ---- split-KV combine: O = sum_s exp(lse_s - lse) O_s, lse = log(sum_s exp(lse_s)) ----
-// Grid (ceil(max_seqlen_q / 4), heads, batch), 128 threads: one warp per (query, head), lanes
-// across the splits for the LSEs and across dv (4 columns each) for O. Memory-bound; accurate
-// expf/logf since the partials were already rounded once.
-extern "C" __global__ void __launch_bounds__(128)
+// Grid (max_seqlen_q, heads, batch), one CTA of kCombineThreads per (query, head) row: thread
+// (share, c) sums column chunk c of splits share, share + kShares, ..., kBatch loads at a time,
+// and the shares meet in shared memory. Decode's few rows make it latency-bound: the first
+// batch of O loads is issued before the LSE reductions, so one memory round trip serves both
+// (one warp per row looping over the splits, a split's LSE and then its O one after another,
+// took 8 us for 32 splits of d 128 on the H200). Launched as the split kernel's programmatic
+// dependent: it may start while that kernel finishes, and waits for its writes at the top.
+// Accurate expf/logf since the partials were already rounded once.
+constexpr int kCombineThreads = 128, kMaxSplits = 256;       // (Problem::validate bounds splits)
+constexpr int kChunks = kDv / 4;                             // float4 chunks of an O row
+constexpr int kShares = kCombineThreads / kChunks;           // threads per chunk, over the splits
+constexpr int kBatch = 8;                                    // loads in flight per thread
+static_assert(kDv % 4 == 0 && kShares >= 1, "the combine's chunks");
+
+extern "C" __global__ void __launch_bounds__(kCombineThreads)
 fa4gen_fwd_sm90_portable_bf16_d192x128_m64n64_q1_causal_lse_varlen_split_combine(const __grid_constant__ FwdParams p) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int batch = blockIdx.z, head = blockIdx.y;
+  __shared__ float weight[kMaxSplits];
+  __shared__ float4 share_sum[kShares][kChunks];
+  __shared__ float scratch[kCombineThreads / 32];
+  const int tid = threadIdx.x;
+  const int batch = blockIdx.z, head = blockIdx.y, i = blockIdx.x;
   const Seq seq(p, batch);
-  const int i = blockIdx.x * 4 + warp;
   if (i >= seq.seqlen_q) return;
+  grid_dependency_wait();  // the partials are the split kernel's: complete and visible after this
+  const int splits = p.num_splits;
+
+  // ---- the first batch of O loads, in flight during the LSE reductions ----
+  const int c = tid % kChunks, share = tid / kChunks;
+  const bool summing = share < kShares;  // a few threads idle where kChunks does not divide them
+  const float* o_part = p.o_partial + ((i64)(seq.q_row0 + i) * p.heads + head) * kDv + c * 4;
+  float4 x[kBatch];
+  auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int s = s0 + j * kShares;
+      x[j] = summing && s < splits ? *reinterpret_cast<const float4*>(o_part + s * p.o_partial_split_stride)
+                                   : float4{0.f, 0.f, 0.f, 0.f};
+    }
+  };
+  load_batch(share);
+
+  // ---- the LSE and each split's weight ----
   const i64 li = seq.lse_index(p, batch, head, i);
   const float* lse_part = p.lse_partial + li;
-  const int splits = p.num_splits;
-  float mx = neg_inf();
-  for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, lse_part[s * p.lse_partial_split_stride]);
+  const i64 lse_stride = p.lse_partial_split_stride;
+  float l[kMaxSplits / kCombineThreads];
 #pragma unroll
-  for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  for (int j = 0; j < kMaxSplits / kCombineThreads; ++j) {
+    const int s = tid + j * kCombineThreads;
+    l[j] = s < splits ? lse_part[s * lse_stride] : neg_inf();
+  }
+  float mx = l[0];
+#pragma unroll
+  for (int j = 1; j < kMaxSplits / kCombineThreads; ++j) mx = fmaxf(mx, l[j]);
+  mx = block_reduce<kCombineThreads>(mx, scratch, MaxOp{});
   if constexpr (kSink) mx = fmaxf(mx, p.sinks[head]);
   float lse = neg_inf();
-  if (mx != neg_inf()) {
+  if (mx != neg_inf()) {  // uniform over the CTA (block_reduce has barriers)
     float sum = 0.f;
-    for (int s = lane; s < splits; s += 32) sum += expf(lse_part[s * p.lse_partial_split_stride] - mx);
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    for (int j = 0; j < kMaxSplits / kCombineThreads; ++j) sum += expf(l[j] - mx);  // exp(-inf) = 0
+    sum = block_reduce<kCombineThreads>(sum, scratch, SumOp{});
     if constexpr (kSink) sum += expf(p.sinks[head] - mx);
     lse = mx + logf(sum);
   }
-  if (kWriteLse && lane == 0) p.lse[li] = lse;
-  const float* o_part = p.o_partial + ((i64)(seq.q_row0 + i) * p.heads + head) * kDv;
-  u16* dst = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride +
-             (i64)head * p.o_head_stride;
-  for (int c = lane * 4; c < kDv; c += 128) {
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    if (lse != neg_inf()) {
-      for (int s = 0; s < splits; ++s) {
-        const float w = expf(lse_part[s * p.lse_partial_split_stride] - lse);
-        if (w > 0.f) {
-          const float4 x = *reinterpret_cast<const float4*>(o_part + s * p.o_partial_split_stride + c);
-          acc[0] += w * x.x;
-          acc[1] += w * x.y;
-          acc[2] += w * x.z;
-          acc[3] += w * x.w;
-        }
+  if (kWriteLse && tid == 0) p.lse[li] = lse;
+#pragma unroll
+  for (int j = 0; j < kMaxSplits / kCombineThreads; ++j) {
+    const int s = tid + j * kCombineThreads;
+    if (s < splits) weight[s] = lse != neg_inf() ? expf(l[j] - lse) : 0.f;
+  }
+  __syncthreads();
+
+  // ---- O: this thread's share of the splits, a batch at a time ----
+  float4 acc = {0.f, 0.f, 0.f, 0.f};
+  for (int s0 = share; summing;) {
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int s = s0 + j * kShares;
+      const float w = s < splits ? weight[s] : 0.f;
+      if (w > 0.f) {  // an empty split's partial O is not summed (it may be 0 * inf)
+        acc.x += w * x[j].x;
+        acc.y += w * x[j].y;
+        acc.z += w * x[j].z;
+        acc.w += w * x[j].w;
       }
     }
-    *reinterpret_cast<uint2*>(dst + c) = uint2{Elem::pack2(acc[0], acc[1]), Elem::pack2(acc[2], acc[3])};
+    s0 += kBatch * kShares;
+    if (s0 >= splits) break;
+    load_batch(s0);
+  }
+  if (summing) share_sum[share][c] = acc;
+  __syncthreads();
+  if (share == 0) {
+#pragma unroll
+    for (int k = 1; k < kShares; ++k) {
+      const float4 y = share_sum[k][c];
+      acc.x += y.x;
+      acc.y += y.y;
+      acc.z += y.z;
+      acc.w += y.w;
+    }
+    u16* dst = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride +
+               (i64)head * p.o_head_stride + c * 4;
+    *reinterpret_cast<uint2*>(dst) = uint2{Elem::pack2(acc.x, acc.y), Elem::pack2(acc.z, acc.w)};
   }
 }
