@@ -5,7 +5,7 @@
 # their kernels with the GPU host's NVRTC; variants alternate, their order reversed every other
 # round (the clock drifts with temperature and power).
 #   VARIANTS="old:.stage/ab/old/libfa4gen.so new:.stage/lib/libfa4gen.so" SECTIONS="window-decode" ROUNDS=2 scripts/serving-ab.sh
-# SCRIPT=python/tests/profile_decode.py runs that script instead (its rows have no sections).
+# SCRIPT=python/tests/profile_decode.py runs that script instead, with SECTIONS as its arguments.
 # Every line goes to $OUT/serving-ab.jsonl tagged with its variant and round; a table of each
 # row's fa4gen times per variant (medians over the rounds) follows.
 set -uo pipefail
@@ -13,6 +13,8 @@ OUT=${OUT:-/tmp/fa4gen-out}
 mkdir -p "$OUT"
 export FA4GEN_JIT=1
 : > "$OUT/serving-ab.jsonl"
+# bench_serving.py runs window-decode unless told; another script gets only the sections named.
+if [ -n "${SCRIPT:-}" ]; then sections=${SECTIONS:-}; else sections=${SECTIONS:-window-decode}; fi
 status=0
 for round in $(seq 1 "${ROUNDS:-2}"); do
   order=$VARIANTS
@@ -24,7 +26,7 @@ for round in $(seq 1 "${ROUNDS:-2}"); do
     python3 -c 'import json, sys; m = json.load(open(sys.argv[1])); m["kernels"] = []; json.dump(m, open(sys.argv[2], "w"))' \
       .stage/generated/sm90/manifest.json "$empty/sm90/manifest.json"
     # shellcheck disable=SC2086 # the sections are separate arguments
-    FA4GEN_LIB=$lib FA4GEN_KERNELS=$empty python3 "${SCRIPT:-python/tests/bench_serving.py}" ${SECTIONS:-window-decode} 2>&1 |
+    FA4GEN_LIB=$lib FA4GEN_KERNELS=$empty python3 "${SCRIPT:-python/tests/bench_serving.py}" $sections 2>&1 |
       grep -v Warning | python3 -c '
 import json, sys
 for line in sys.stdin:

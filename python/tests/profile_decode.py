@@ -4,8 +4,10 @@
 for fa4gen at several split counts and for SDPA's cuDNN and flash backends on the same tensors.
 The graph time minus the kernels' sum is what the launches between them cost.
 
-usage: profile_decode.py   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual). One JSON line per row."""
+usage: profile_decode.py [shape label substring ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual;
+       SPLITS="0 1 2 4 8 16 32" the split counts tried, 0 = the heuristic). One JSON line per row."""
 import json
+import os
 import sys
 from collections import defaultdict
 
@@ -44,6 +46,7 @@ def shapes():
     # (label, B, Sk, H, Hkv, d, sinks)
     yield "llama d128 4k", 1, 4096, 32, 8, 128, False
     yield "llama d128 32k", 1, 32768, 32, 8, 128, False
+    yield "llama d128 128k", 1, 131072, 32, 8, 128, False
     yield "llama d128 4k B8", 8, 4096, 32, 8, 128, False
     yield "gemma-3 window slice d256 1k", 1, 1024, 16, 8, 256, False
     yield "gpt-oss window slice d64 128", 1, 128, 64, 8, 64, True
@@ -51,13 +54,16 @@ def shapes():
 
 def main():
     warm_up_clocks()
+    splits_tried = [int(x) for x in os.environ.get("SPLITS", "0 1 2 4 8 16 32").split()]
     for label, b, sk, h, hkv, d, sink in shapes():
+        if sys.argv[1:] and not any(a in label for a in sys.argv[1:]):
+            continue
         n = copies_for(2 * b * sk * hkv * d * 2)
         qs = [torch.randn(b, 1, h, d, device=DEV, dtype=BF) for _ in range(n)]
         ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
         vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
         sinks = torch.randn(h, device=DEV) if sink else None
-        for splits in (0, 1, 2, 4, 8, 16, 32):
+        for splits in splits_tried:
             def call(i, splits=splits):
                 return fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True, learnable_sink=sinks,
                                               num_splits=splits)
