@@ -4,45 +4,36 @@
 //! cubin also runs alone where a call cannot be paired.
 
 use super::error::{DriverCall, Error};
-use super::launch::attribute;
+use super::launch::{attribute, config, launch};
 use cudarc::driver::sys;
 use std::ffi::c_void;
 
 /// CTAs per cluster of a paired launch.
 pub const PAIR: u32 = 2;
 
-fn config(
-    grid: u32,
-    threads: u32,
-    smem_bytes: u32,
-    stream: sys::CUstream,
-    attr: &mut sys::CUlaunchAttribute,
-) -> sys::CUlaunchConfig {
+/// The cluster attribute of a paired launch: clusters of [`PAIR`] CTAs along x.
+fn pair_attribute() -> sys::CUlaunchAttribute {
+    let mut attr = attribute();
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     attr.value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
         x: PAIR,
         y: 1,
         z: 1,
     };
-    sys::CUlaunchConfig {
-        gridDimX: grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: threads,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: smem_bytes,
-        hStream: stream,
-        attrs: attr,
-        numAttrs: 1,
-    }
+    attr
 }
 
 /// How many pairs of `func` (with `threads` and `smem_bytes` of dynamic shared memory) the
 /// device holds at once: the persistent grid's bound, as a whole GPC's SMs need not pair up.
 pub fn max_pairs(func: sys::CUfunction, threads: u32, smem_bytes: u32) -> Result<u32, Error> {
-    let mut attr = attribute();
-    let cfg = config(PAIR, threads, smem_bytes, std::ptr::null_mut(), &mut attr);
+    let mut attr = pair_attribute();
+    let cfg = config(
+        (PAIR, 1, 1),
+        threads,
+        smem_bytes,
+        std::ptr::null_mut(),
+        &mut attr,
+    );
     let mut n: std::ffi::c_int = 0;
     // SAFETY: a loaded function and a config whose one attribute lives across the call.
     unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, func, &cfg) }
@@ -63,10 +54,8 @@ pub unsafe fn launch_pairs(
     stream: sys::CUstream,
     args: &mut [*mut c_void],
 ) -> Result<(), Error> {
-    let mut attr = attribute();
-    let cfg = config(grid, threads, smem_bytes, stream, &mut attr);
+    let mut attr = pair_attribute();
+    let cfg = config((grid, 1, 1), threads, smem_bytes, stream, &mut attr);
     // SAFETY: the caller's contract; the config and its attribute live across the call.
-    unsafe { sys::cuLaunchKernelEx(&cfg, func, args.as_mut_ptr(), std::ptr::null_mut()) }
-        .result()
-        .call("cuLaunchKernelEx")
+    unsafe { launch(func, &cfg, args) }
 }
