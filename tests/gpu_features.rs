@@ -1380,6 +1380,26 @@ fn split_kv() {
         c.sinks = ns % 2 == 1;
         cases.push(c);
     }
+    // Head dims whose float4 chunks leave combine threads idle (96, 40) or take two per
+    // split (256), and d 192 with dv 128: decode steps and a split prefill, dense and paged.
+    for (i, (d, dv)) in [(96, 96), (40, 40), (256, 256), (192, 128)]
+        .into_iter()
+        .enumerate()
+    {
+        for (sq, ns) in [(1, 0), (37, 17)] {
+            let mut c = Case::base(vec![(sq, 3000 + 111 * i)]);
+            (c.d, c.dv) = (d, dv);
+            c.heads = 8;
+            c.heads_kv = 2;
+            c.num_splits = ns;
+            c.causal = sq > 1;
+            c.sinks = i % 2 == 1;
+            if i >= 2 {
+                c.k = KLayout::Paged(16);
+            }
+            cases.push(c);
+        }
+    }
     // A ragged decode batch: packed q of 1..16 rows per sequence, paged K of mixed lengths.
     let mut c = Case::base(vec![(1, 5000), (16, 300), (3, 0), (1, 1), (8, 20000)]);
     c.q_packed = true;
@@ -1397,7 +1417,7 @@ fn split_kv() {
 
 /// #6: the combine kernel alone (FA4's `flash_attn_combine` layout) against an f64 reduction,
 /// for every split count 1..=256: random fp32 partials, some splits empty (LSE -inf), sinks
-/// on every third count; out within the 16-bit rounding of the f64 result itself (half an ulp:
+/// on every third count, head dims 128, 96, 256 and 40 in turn; out within the 16-bit rounding of the f64 result itself (half an ulp:
 /// 2^-8 relative for bf16, 2^-11 for fp16) + 1e-4 for fp32 accumulation over 256 terms, LSE to
 /// 1e-5 relative.
 #[test]
@@ -1407,12 +1427,16 @@ fn combine_alone() {
         return;
     };
     let seed = run_seed();
-    println!("combine_alone: splits 1..=256, seed {seed}");
+    println!("combine_alone: splits 1..=256, dv 128 / 96 / 256 / 40, seed {seed}");
     let mut rng = StdRng::seed_from_u64(seed);
-    let (b, sq, h, dv) = (2usize, 3usize, 4usize, 128usize);
+    let (b, sq, h) = (2usize, 3usize, 4usize);
     let mut failures = Vec::new();
     let mut worst = 0f64;
     for splits in 1..=256usize {
+        // Head dims whose float4 chunks divide the combine's 128 threads (128: 4 threads per
+        // chunk over the splits; 256: 2) and ones that leave threads idle (96: 24 chunks of 5
+        // threads, 8 idle; 40: 10 chunks of 12, 8 idle).
+        let dv = [128usize, 96, 256, 40][(splits / 3) % 4];
         let dtype = if splits % 2 == 0 {
             DType::Bf16
         } else {
@@ -1472,7 +1496,7 @@ fn combine_alone() {
         let (out, lse) = match run() {
             Ok(r) => r,
             Err(e) => {
-                failures.push(format!("splits {splits}: {e}"));
+                failures.push(format!("splits {splits} dv {dv}: {e}"));
                 continue;
             }
         };
@@ -1501,7 +1525,9 @@ fn combine_alone() {
                         (got_lse - ref_lse).abs() <= 1e-5 * ref_lse.abs().max(1.0)
                     };
                     if !lse_ok {
-                        failures.push(format!("splits {splits}: lse {got_lse} vs {ref_lse}"));
+                        failures.push(format!(
+                            "splits {splits} dv {dv}: lse {got_lse} vs {ref_lse}"
+                        ));
                     }
                     for c in 0..dv {
                         let r: f64 = if ref_lse == f64::NEG_INFINITY {
@@ -1526,7 +1552,7 @@ fn combine_alone() {
                         worst = worst.max(err / tol);
                         if err.is_nan() || err > tol {
                             failures.push(format!(
-                                "splits {splits}: out[{bi},{i},{hi},{c}] = {got}, want {r}"
+                                "splits {splits} dv {dv}: out[{bi},{i},{hi},{c}] = {got}, want {r}"
                             ));
                         }
                     }
