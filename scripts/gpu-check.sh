@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [profile] [balance]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -185,6 +185,13 @@ PY
     # Serving shapes (#5) and decode / split-KV (#6) through the drop-in, beside SDPA.
     export FA4GEN_LIB=.stage/lib/libfa4gen.so FA4GEN_JIT=1
     python3 python/tests/bench_serving.py ${SERVING_SECTIONS:-} 2>&1 | grep -v Warning | tee "$OUT/serving.jsonl"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+    ;;
+  decode-profile)
+    # Where a decode step's time goes: each kernel's GPU time (split kernel, combine) beside the
+    # step's CUDA-graph time and SDPA's (python/tests/profile_decode.py; $DECODE_SPLITS the counts).
+    export FA4GEN_LIB=.stage/lib/libfa4gen.so FA4GEN_JIT=1
+    SPLITS=${DECODE_SPLITS:-0 1 8 16 32} python3 python/tests/profile_decode.py 2>&1 | grep -v -i warn | tee "$OUT/decode-profile.jsonl"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     ;;
   dropin-bench)
