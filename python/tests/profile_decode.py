@@ -2,7 +2,8 @@
 """Where a small-batch decode step's time goes: the GPU time of each kernel a call launches
 (torch.profiler over eager calls) beside the call's CUDA-graph time (bench_serving's method),
 for fa4gen at several split counts and for SDPA's cuDNN and flash backends on the same tensors.
-The graph time minus the kernels' sum is what the launches between them cost.
+The graph time minus the kernels' sum is what the launches between them cost (fa4gen's combine
+launches as the split kernel's programmatic dependent and starts early: its time overlaps).
 
 usage: profile_decode.py [shape label substring ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual;
        SPLITS="0 1 2 4 8 16 32" the split counts tried, 0 = the heuristic). One JSON line per row."""
@@ -70,7 +71,7 @@ def main():
             try:
                 graph_us = graph_time_ms(call, n) * 1e3
             except Exception as e:  # noqa: BLE001
-                print(json.dumps(dict(shape=label, splits=splits, error=str(e)[:200])), flush=True)
+                print(json.dumps(dict(shape=label, impl="fa4gen", splits=splits, error=str(e)[:200])), flush=True)
                 continue
             name = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, learnable_sink=sinks, num_splits=splits)
             print(json.dumps(dict(shape=label, impl="fa4gen", splits=splits, kernel=name, graph_us=round(graph_us, 2),
