@@ -6,7 +6,8 @@ The graph time minus the kernels' sum is what the launches between them cost (fa
 launches as the split kernel's programmatic dependent and starts early: its time overlaps).
 
 usage: profile_decode.py [shape label substring ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual;
-       SPLITS="0 1 2 4 8 16 32" the split counts tried, 0 = the heuristic). One JSON line per row."""
+       SPLITS="0 1 2 4 8 16 32" the split counts tried, 0 = the heuristic; TILE_MN="16,128" forces
+       fa4gen's tile, as FA4's tile_mn). One JSON line per row."""
 import json
 import os
 import sys
@@ -56,6 +57,7 @@ def shapes():
 def main():
     warm_up_clocks()
     splits_tried = [int(x) for x in os.environ.get("SPLITS", "0 1 2 4 8 16 32").split()]
+    tile_mn = tuple(int(x) for x in os.environ["TILE_MN"].split(",")) if os.environ.get("TILE_MN") else None
     for label, b, sk, h, hkv, d, sink in shapes():
         if sys.argv[1:] and not any(a in label for a in sys.argv[1:]):
             continue
@@ -67,13 +69,14 @@ def main():
         for splits in splits_tried:
             def call(i, splits=splits):
                 return fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True, learnable_sink=sinks,
-                                              num_splits=splits)
+                                              num_splits=splits, tile_mn=tile_mn)
             try:
                 graph_us = graph_time_ms(call, n) * 1e3
             except Exception as e:  # noqa: BLE001
                 print(json.dumps(dict(shape=label, impl="fa4gen", splits=splits, error=str(e)[:200])), flush=True)
                 continue
-            name = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, learnable_sink=sinks, num_splits=splits)
+            name = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, learnable_sink=sinks, num_splits=splits,
+                                      tile_mn=tile_mn)
             print(json.dumps(dict(shape=label, impl="fa4gen", splits=splits, kernel=name, graph_us=round(graph_us, 2),
                                   kernels_us=kernels_us(call, n))), flush=True)
         for peer, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)):
