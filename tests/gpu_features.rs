@@ -1417,9 +1417,9 @@ fn split_kv() {
 
 /// #6: the combine kernel alone (FA4's `flash_attn_combine` layout) against an f64 reduction,
 /// for every split count 1..=256: random fp32 partials, some splits empty (LSE -inf), sinks
-/// on every third count, head dims 128, 96, 256 and 40 in turn; out within the 16-bit rounding of the f64 result itself (half an ulp:
-/// 2^-8 relative for bf16, 2^-11 for fp16) + 1e-4 for fp32 accumulation over 256 terms, LSE to
-/// 1e-5 relative.
+/// on every third count, head dims 128, 96, 256 and 40 in turn; out within the 16-bit rounding
+/// of the f64 result itself (half an ulp: 2^-8 relative for bf16, 2^-11 for fp16) + 1e-4 for
+/// fp32 accumulation over 256 terms, LSE to 1e-5 relative.
 #[test]
 fn combine_alone() {
     use cudarc::driver::{DevicePtr, DevicePtrMut};
