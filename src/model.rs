@@ -191,7 +191,7 @@ impl ModelAttention {
                             };
                             out.extend(class.portable());
                             // Decode steps and small chunks select the decode tile.
-                            out.extend(class.decode());
+                            out.extend(class.decode_tiles());
                             // Prefill: the sm90 flagship, packed and unpacked as selection
                             // takes it (select.rs: packed where the group divides 64, for
                             // every length at d <= 64 and for short queries above; unpacked
@@ -365,18 +365,24 @@ mod tests {
                     assert!(flagship.is_empty(), "{name} {arch}");
                 }
                 let masks = m.full_layers as usize + m.sliding_window.is_some() as usize;
-                // Each class on the main tile table at every q_stage, and on the decode tile
-                // where that differs (d 256 uses 64x64 for both).
+                // Each class on the main tile table at every q_stage, and on the decode tiles
+                // (the key-split 16-row one and the 64-row one) where they differ (d 256 uses
+                // 64x64 for both the table and decode).
                 let classes = masks * 2 * 4 * 2;
                 let qs = tiles::q_stages(arch).len();
                 assert!(
-                    (classes * qs..=classes * (qs + 1)).contains(&a.len()),
+                    (classes * (qs + 1)..=classes * (qs + 2)).contains(&a.len()),
                     "{name} {arch}: {}",
                     a.len()
                 );
                 if m.head_dim.max(m.head_dim_v) <= 128 {
-                    assert_eq!(a.len(), classes * (qs + 1), "{name} {arch}");
+                    assert_eq!(a.len(), classes * (qs + 2), "{name} {arch}");
                 }
+                assert_eq!(
+                    a.iter().filter(|s| s.tile_m == 16).count(),
+                    classes,
+                    "{name} {arch}: one key-split decode tile per class"
+                );
                 for s in &a {
                     s.can_implement().unwrap();
                     assert_eq!(s.feat.sink, m.sinks);

@@ -288,8 +288,17 @@ pub fn select_with(
             ..dense
         },
     };
+    // The keys a decode CTA can see: a window bounds them (its queries' windows' union).
+    let decode_keys = match v.mask {
+        Mask::Local => p.seqlen_k.min(
+            (v.params.window_left.max(0) as usize)
+                .saturating_add(v.params.window_right.max(0) as usize)
+                .saturating_add(p.seqlen_q),
+        ),
+        _ => p.seqlen_k,
+    };
     let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
-        if decode && let Some(s) = class.decode() {
+        if decode && let Some(s) = class.decode(rows, decode_keys) {
             return Ok(s);
         }
         if flagship {
@@ -446,7 +455,7 @@ pub fn select_with(
         pairs,
         split_tail,
         tiles,
-        decode_tile: decode && class.decode() == Some(spec),
+        decode_tile: decode && class.decode(rows, decode_keys) == Some(spec),
     })
 }
 
@@ -909,7 +918,9 @@ mod tests {
                             let s = sel(&p, &dev);
                             assert_eq!(s.decode_tile, sq <= 64, "{fam} sq {sq}");
                             if s.decode_tile {
-                                assert_eq!((s.spec.tile_m, s.spec.tile_n), (64, 64));
+                                // Key-split for a row per CTA and 128 keys (MHA: G = 1).
+                                let tile = if sq == 1 { (16, 64) } else { (64, 64) };
+                                assert_eq!((s.spec.tile_m, s.spec.tile_n), tile);
                             }
                             let s = select_table(&p, &p.validate().unwrap(), &dev).unwrap();
                             let q = if fam == "sm100f" && sq > 128 { 2 } else { 1 };

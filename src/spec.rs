@@ -157,9 +157,17 @@ pub enum Unsupported {
     )]
     HeadDim { name: &'static str, value: u32 },
     #[error(
-        "tile_m={tile_m} is not supported by the {imp} kernel: it must be 64 or 128 (warps own 16 or 32 rows)"
+        "tile_m={tile_m} is not supported by the {imp} kernel: it must be 16 (four warps along the keys), 64 or 128 (warps own 16 or 32 rows)"
     )]
     TileM { imp: &'static str, tile_m: u32 },
+    #[error(
+        "a 16-row tile takes q_stage=1, not {q_stage}: its warps lie along the keys, not the rows"
+    )]
+    KeySplitQStage { q_stage: u32 },
+    #[error(
+        "tile_n={tile_n} is not supported with tile_m=16: its four warps take a quarter of each block each, so tile_n must be a multiple of {multiple}"
+    )]
+    KeySplitTileN { tile_n: u32, multiple: u32 },
     #[error("tile_n={tile_n} is not supported: it must be a multiple of 16 in 16..=256")]
     TileN { tile_n: u32 },
     #[error("q_stage={q_stage} is not supported: it must be 1 or 2")]
@@ -195,7 +203,13 @@ pub struct Geometry {
     pub dv_pad: u32,
     /// Rows of a Q tile owned by one warp (16 or 32).
     pub warp_m: u32,
+    /// Warps along the keys (portable): 1, or 4 for a 16-row decode tile, whose four warps
+    /// share its rows and take a quarter of each K block's keys each (merged at the end).
+    pub warps_n: u32,
     pub warps: u32,
+    /// The CTAs per SM the kernel's launch bounds promise (its register budget): 1, or what
+    /// a key-split decode tile's shared memory and registers allow.
+    pub min_ctas: u32,
     pub threads: u32,
     /// Shared-memory row strides in elements (padded by 16 bytes so `ldmatrix` rows fall in
     /// distinct banks for any head dim, with no swizzle).
@@ -236,6 +250,15 @@ pub fn kv_in_row_groups(paged: bool, d: u32, dv: u32) -> bool {
 /// Registers a thread needs beyond its fp32 accumulators (MMA fragments, addresses, softmax
 /// state), measured from ptxas reports of the portable kernel at d = 64..256.
 const NON_ACCUM_REGS: u32 = 56;
+
+/// A portable kernel thread's registers: its fp32 accumulators, O (warp_m x dv) and S
+/// (warp_m x the warp's keys of a block), plus the rest.
+fn portable_regs(warp_m: u32, dv_pad: u32, warp_keys: u32) -> u32 {
+    warp_m * (dv_pad + warp_keys) / 32 + NON_ACCUM_REGS
+}
+
+/// Warps along the keys of a 16-row portable tile (`Geometry::warps_n`).
+pub const KEY_SPLIT_WARPS: u32 = 4;
 
 impl KernelSpec {
     /// The file stem, e.g. `fwd.sm90.portable.bf16.d128x128.m128n64.q1.causal.lse`.
@@ -289,10 +312,26 @@ impl KernelSpec {
         } else {
             32
         };
-        let warps = self.block_m() / warp_m;
+        // A 16-row tile (decode: a step's few packed rows) lays its four warps along the keys,
+        // so a K block's math is spread over the SM's four schedulers, not left to one warp.
+        let warps_n = if self.tile_m == 16 {
+            KEY_SPLIT_WARPS
+        } else {
+            1
+        };
+        let warps = self.block_m() / warp_m * warps_n;
         let q_row = d_pad.max(dv_pad) + 8;
-        let k_row = d_pad + 8;
-        let v_row = dv_pad + 8;
+        // K and V rows that are whole 128-byte spans are swizzled, not padded, in tiles of at
+        // most 64 rows (`KvRows` in smem_tile.cuh: the padding cost decode 1.5x its L2 reads).
+        let kv_row = |cols: u32| {
+            if cols.is_multiple_of(64) && self.tile_m <= 64 {
+                cols
+            } else {
+                cols + 8
+            }
+        };
+        let k_row = kv_row(d_pad);
+        let v_row = kv_row(dv_pad);
         let elem = self.dtype.size() as u32;
         let smem_q = 0;
         let smem_k = smem_q + self.block_m() * q_row * elem;
@@ -304,12 +343,24 @@ impl KernelSpec {
             0
         };
         let smem_bytes = smem_pages + page_bytes;
+        let threads = warps * 32;
+        // Key-split tiles are small: the launch bounds ask for as many CTAs per SM as shared
+        // memory and the registers allow (decode keeps one K and one V load in flight per CTA).
+        let min_ctas = if warps_n > 1 {
+            let by_smem = self.arch.max_dynamic_smem() / smem_bytes.max(1);
+            let by_regs = 65536 / (threads * portable_regs(warp_m, dv_pad, self.tile_n / warps_n));
+            by_smem.min(by_regs).max(1)
+        } else {
+            1
+        };
         Geometry {
             d_pad,
             dv_pad,
             warp_m,
+            warps_n,
             warps,
-            threads: warps * 32,
+            min_ctas,
+            threads,
             q_row,
             k_row,
             v_row,
@@ -398,7 +449,9 @@ impl KernelSpec {
             d_pad: chunks(self.d) * 64,
             dv_pad: chunks(self.dv) * 64,
             warp_m: 16,
+            warps_n: 1,
             warps: threads / 32,
+            min_ctas: 1,
             threads,
             q_row: self.d,
             k_row: self.d,
@@ -613,7 +666,7 @@ impl KernelSpec {
             return self.wgmma_ctas_per_sm();
         }
         let g = self.geometry();
-        let by_regs = (65536 / (g.threads * 255)).max(1);
+        let by_regs = (65536 / (g.threads * 255)).max(g.min_ctas);
         let by_smem = (self.arch.max_dynamic_smem() / g.smem_bytes.max(1)).max(1);
         by_regs.min(by_smem)
     }
@@ -629,7 +682,7 @@ impl KernelSpec {
                 return Err(Unsupported::HeadDim { name, value });
             }
         }
-        if ![64, 128].contains(&self.tile_m) {
+        if ![16, 64, 128].contains(&self.tile_m) {
             return Err(Unsupported::TileM {
                 imp: self.imp.name(),
                 tile_m: self.tile_m,
@@ -645,6 +698,19 @@ impl KernelSpec {
                 q_stage: self.q_stage,
             });
         }
+        // A key-split tile (16 rows): one Q tile per CTA, and each warp's share of a block whole
+        // MMA k steps.
+        if self.tile_m == 16 && self.q_stage != 1 {
+            return Err(Unsupported::KeySplitQStage {
+                q_stage: self.q_stage,
+            });
+        }
+        if self.tile_m == 16 && !self.tile_n.is_multiple_of(16 * KEY_SPLIT_WARPS) {
+            return Err(Unsupported::KeySplitTileN {
+                tile_n: self.tile_n,
+                multiple: 16 * KEY_SPLIT_WARPS,
+            });
+        }
         let g = self.geometry();
         let limit = self.arch.max_dynamic_smem();
         if g.smem_bytes > limit {
@@ -657,7 +723,7 @@ impl KernelSpec {
         }
         // fp32 accumulators per thread, O (warp_m x dv) and S (warp_m x tile_n), plus the rest,
         // against the register file share of one thread (64 Ki registers per SM, 255 max).
-        let need = g.warp_m * (g.dv_pad + self.tile_n) / 32 + NON_ACCUM_REGS;
+        let need = portable_regs(g.warp_m, g.dv_pad, self.tile_n / g.warps_n);
         let limit = (65536 / g.threads).min(255);
         if need > limit {
             return Err(Unsupported::Registers {
@@ -1067,9 +1133,35 @@ mod tests {
 
     #[test]
     fn geometry_is_consistent() {
+        // Rows padded by 8 elements, except K and V rows of whole 128-byte spans in tiles of
+        // at most 64 rows: swizzled, unpadded.
         let g = base().geometry();
         assert_eq!((g.warp_m, g.warps, g.threads), (32, 4, 128));
+        assert_eq!((g.warps_n, g.min_ctas), (1, 1));
         assert_eq!(g.smem_bytes, 2 * (128 * 136 + 64 * 136 + 64 * 136));
+        let g = KernelSpec {
+            tile_m: 64,
+            ..base()
+        }
+        .geometry();
+        assert_eq!(g.smem_bytes, 2 * (64 * 136 + 64 * 128 + 64 * 128));
+        let g = KernelSpec {
+            d: 96,
+            dv: 96,
+            ..base()
+        }
+        .geometry();
+        assert_eq!(g.smem_bytes, 2 * (128 * 104 + 64 * 104 + 64 * 104));
+        // A 16-row tile: four warps along the keys, three CTAs per SM at d 128.
+        let g = KernelSpec {
+            tile_m: 16,
+            tile_n: 128,
+            ..base()
+        }
+        .geometry();
+        assert_eq!((g.warp_m, g.warps_n, g.warps, g.threads), (16, 4, 4, 128));
+        assert_eq!(g.smem_bytes, 2 * (16 * 136 + 128 * 128 + 128 * 128));
+        assert_eq!(g.min_ctas, 3);
         let g = KernelSpec {
             d: 256,
             dv: 256,

@@ -173,16 +173,32 @@ impl SpecClass {
             .filter(|s| s.can_implement().is_ok())
     }
 
-    /// The spec on the decode tile table (see `decode_candidates`), for problems of at most
-    /// `DECODE_ROWS` packed rows; `None` when no decode tile fits (the portable table then).
-    pub fn decode(self) -> Option<KernelSpec> {
-        if self.q_stage != 1 {
-            return None;
-        }
-        decode_candidates(self.d, self.dv)
+    /// The spec on the decode tile table (see `decode_candidates`) for a problem of `rows`
+    /// packed rows (at most `DECODE_ROWS`) whose CTAs see at most `keys` keys; `None` when no
+    /// decode tile fits (the portable table then). The key-split 16-row tile serves at most 16
+    /// rows over at most `KEY_SPLIT_MAX_KEYS` keys.
+    pub fn decode(self, rows: usize, keys: usize) -> Option<KernelSpec> {
+        self.decode_tiles().find(|s| match s.tile_m {
+            16 => rows <= 16 && keys <= KEY_SPLIT_MAX_KEYS,
+            _ => true,
+        })
+    }
+
+    /// Every decode tile `decode` can pick (what a model plan ships for decode steps and
+    /// small chunks): the first implementable key-split tile and the first other one.
+    pub fn decode_tiles(self) -> impl Iterator<Item = KernelSpec> {
+        let table = if self.q_stage == 1 {
+            decode_candidates(self.d, self.dv)
+        } else {
+            &[]
+        };
+        let fits = table
             .iter()
-            .map(|&(m, n)| self.on_tile(m, n))
-            .find(|s| s.can_implement().is_ok())
+            .map(move |&(m, n)| self.on_tile(m, n))
+            .filter(|s| s.can_implement().is_ok());
+        let key_split = fits.clone().find(|s| s.tile_m == 16);
+        let rows = fits.clone().find(|s| s.tile_m != 16);
+        key_split.into_iter().chain(rows)
     }
 }
 
@@ -241,11 +257,13 @@ fn wgmma_candidates(d: u32, dv: u32, mask: Mask) -> &'static [(u32, u32)] {
 /// twice the K/V bytes in flight per CTA. Measured on the H200 (bf16, d128, H32/Hkv8, Sq 1,
 /// Sk 32k, split heuristic; docs/BENCHMARKS.md): B=1 2.34 TB/s (128x64) -> 2.90 (64x128),
 /// B=64 3.57 -> 4.28 TB/s; 64x64 2.76 / 3.99, 64x32 and 128x32 slower.
+/// The 16-row tile, whose four warps split each block's keys (`Geometry::warps_n`), serves
+/// short key ranges (`KEY_SPLIT_MAX_KEYS`); longer ones and more rows take the first 64-row tile.
 fn decode_candidates(d: u32, dv: u32) -> &'static [(u32, u32)] {
     if d.max(dv) <= 128 {
-        &[(64, 128), (64, 64)]
+        &[(16, 128), (64, 128), (64, 64)]
     } else {
-        &[(64, 64), (64, 32)]
+        &[(16, 64), (64, 64), (64, 32)]
     }
 }
 
@@ -441,6 +459,16 @@ fn floor_sum(mut count: u64, mut m: u64, mut b: u64, mut a: u64) -> u64 {
 
 /// The largest packed row count that selects a decode tile.
 pub const DECODE_ROWS: usize = 64;
+
+/// The most keys a CTA sees for which decode takes the key-split 16-row tile: one or two blocks,
+/// where its four warps share a block's math instead of one warp doing it while three wait.
+/// H200, bf16, the kernel's µs per call under torch.profiler, 64-row -> 16-row tile, same run
+/// (`…-session22-swizzle-ab.jsonl`): gpt-oss's 128-key window (d 64, H 64/8, B 1, sinks)
+/// 3.54 -> 3.25 µs (cuDNN 3.12); but
+/// over long caches, where the 64-row tile's one busy warp keeps up with the loads, the 16-row
+/// tile was slower (d 128 H 32/8 Sk 32k B 1: 34.8 -> 35.3 µs plus a dearer combine over more
+/// splits; B 8 4k 35.0 -> 36.1; Gemma-3's d 256 1k window 7.0 -> 7.2).
+pub const KEY_SPLIT_MAX_KEYS: usize = 256;
 
 /// Whether the sm90 flagship packs GQA by default at every query length for these head dims
 /// (select.rs: packed measured 1.06-1.19x unpacked at d 64, 0.95-1.02x at d 128, where only

@@ -1047,6 +1047,124 @@ fn portable_window_cases_select_window_blocks() {
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
 
+/// The key-split decode tile (16 rows, four warps along each block's keys, merged at the end;
+/// `Geometry::warps_n`), forced through `tile_mn` so that every case runs on it: head dims
+/// 128, 64 and 40 on 16x128, 256, 96 and 192/128 on 16x64; decode steps and chunks whose
+/// packed rows take several 16-row CTAs (Sq 7 and 40 with G up to 8), Sq > Sk and Sq < Sk,
+/// keys 0, 1, 7, 60, 113, 129, 256 and 1000+ (a warp's quarter of the last block empty or
+/// partial); no mask,
+/// causal and windows; batched, packed and paged K (pages of 1, 16, 128); split and not;
+/// sinks, softcap and both dtypes in turn. `decode_key_split_cases_select_it` checks on the
+/// CPU that each case selects the key-split tile.
+fn decode_key_split_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(97);
+    let dims = [
+        ((128, 128), 128),
+        ((64, 64), 128),
+        ((256, 256), 64),
+        ((96, 96), 64),
+        ((192, 128), 64),
+        ((40, 40), 128),
+    ];
+    // Long caches and short ones (at most KEY_SPLIT_MAX_KEYS keys: where selection takes the
+    // tile unforced).
+    let seqs: [&[(usize, usize)]; 8] = [
+        &[(1, 5000), (1, 1), (1, 7)],
+        &[(1, 113), (1, 1200), (1, 0)],
+        &[(7, 1000), (3, 130)],
+        &[(1, 200), (1, 1), (2, 256)],
+        &[(40, 7), (1, 64)],
+        &[(16, 16), (2, 2049)],
+        &[(1, 129), (2, 60), (1, 0)],
+        &[(1, 33000)],
+    ];
+    let layouts = [
+        (false, KLayout::Batched),
+        (true, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Paged(128)),
+        (true, KLayout::Paged(1)),
+    ];
+    let mut cases = Vec::new();
+    for i in 0..48 {
+        let ((d, dv), tile_n) = dims[i % dims.len()];
+        let g = [1, 4, 8][i % 3];
+        let (q_packed, k) = layouts[(i / 2) % layouts.len()];
+        let mut c = Case::flagship_layout(
+            seqs[(i / 3) % seqs.len()].to_vec(),
+            i,
+            (d, dv),
+            g,
+            (q_packed, k),
+        );
+        // Unpacked G would leave one real row per 16: pack as decode does, except now and then.
+        c.pack_gqa = Some(i % 7 != 3);
+        c.mask_by_index(i / 6, &mut rng, 300, 20);
+        c.num_splits = [0, 1, 3, 0][i % 4];
+        c.sinks = i % 5 == 1;
+        c.softcap = if i % 5 == 2 { 30.0 } else { 0.0 };
+        c.tile = Some((16, tile_n));
+        cases.push(c);
+    }
+    cases
+}
+
+#[test]
+fn decode_key_split() {
+    run_all("decode_key_split", &decode_key_split_cases());
+}
+
+/// CPU: every key-split case selects the portable kernel on a 16-row tile (four warps along
+/// the keys). Unforced, the packed decode steps among them select it where a CTA sees at most
+/// `KEY_SPLIT_MAX_KEYS` keys (the window's, or the longest sequence's), and the 64-row tile
+/// where it sees more.
+#[test]
+fn decode_key_split_cases_select_it() {
+    let mut rng = StdRng::seed_from_u64(0);
+    let mut wrong = Vec::new();
+    let (mut short, mut long) = (0, 0);
+    for c in decode_key_split_cases() {
+        let s = h200_selection(&c, &mut rng).spec;
+        if (s.imp, s.tile_m, s.geometry().warps_n) != (fa4gen::spec::Impl::Portable, 16, 4) {
+            wrong.push(format!("{} -> {}", c.name(), s.stem()));
+        }
+        let max_sq = c.seqs.iter().map(|s| s.0).max().unwrap_or(0);
+        let max_sk = c.seqs.iter().map(|s| s.1).max().unwrap_or(0);
+        let keys = match c.window {
+            (Some(l), r) if !c.causal => {
+                max_sk.min(l as usize + r.unwrap_or(0).max(0) as usize + max_sq)
+            }
+            _ => max_sk,
+        };
+        if c.pack_gqa == Some(true) && max_sq * c.heads / c.heads_kv <= 16 {
+            let free = Case {
+                tile: None,
+                ..c.clone()
+            };
+            let s = h200_selection(&free, &mut rng).spec;
+            let want = if keys <= fa4gen::tiles::KEY_SPLIT_MAX_KEYS {
+                short += 1;
+                16
+            } else {
+                long += 1;
+                64
+            };
+            if s.tile_m != want {
+                wrong.push(format!(
+                    "unforced {} ({keys} keys) -> {}",
+                    free.name(),
+                    s.stem()
+                ));
+            }
+        }
+    }
+    assert!(
+        short >= 3 && long >= 3,
+        "{short} short and {long} long unforced decode cases"
+    );
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
+
 /// The stale max (`KernelSpec::wgmma_stale_max`) under the serving features that keep it:
 /// packed GQA (groups of 4 and 8) and unpacked, ragged batches (packed q and k, with empty
 /// and one-row sequences), pages of 16 keys (8-row groups in the K stage, which the recompute

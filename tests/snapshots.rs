@@ -36,6 +36,13 @@ fn sm90_d192x128() {
 fn sm100f_q_stage_2() {
     snap("fwd.sm100f.portable.bf16.d128x128.m128n64.q2.causal.lse");
 }
+
+/// The key-split decode tile (four warps along the keys, their states merged) with swizzled K/V.
+#[test]
+fn sm90_key_split_decode_split() {
+    snap("fwd.sm90.portable.bf16.d128x128.m16n128.q1.causal.packgqa.split");
+}
+
 #[test]
 fn sm120_d256_small_tile() {
     snap("fwd.sm120.portable.bf16.d256x256.m64n64.q1");

@@ -72,7 +72,7 @@ FA4_DEVICE void prefetch_page_entries(u32 slot, const FwdParams& p, int b, int n
 // with a running (entry, row-in-page) pair: three divisions per block instead of two per row
 // (a division by a run-time page size is ~25 instructions; per row they doubled the main
 // loop's instruction count at page size 16).
-template <int ROWS, int COLS, int STRIDE, int NTHREADS>
+template <int ROWS, int COLS, class Rows, int NTHREADS>
 FA4_DEVICE void load_paged_rows_async(u32 smem, const u16* head_base, const int* entries, int n0, int page_size,
                                       i64 page_stride, i64 row_stride, int rows_valid, int cols_valid) {
   constexpr int kChunksPerRow = COLS / 8;
@@ -81,7 +81,6 @@ FA4_DEVICE void load_paged_rows_async(u32 smem, const u16* head_base, const int*
   constexpr int kIters = (ROWS + kRowStep - 1) / kRowStep;
   const int tid = (int)thread_index_fresh();
   const int r0 = tid / kChunksPerRow, c = (tid % kChunksPerRow) * 8;
-  const u32 dst = smem + (r0 * STRIDE + c) * 2;
   const bool col_ok = c < cols_valid;
   const int first = n0 / page_size;
   int entry = (n0 + r0) / page_size - first, in_page = (n0 + r0) % page_size;
@@ -92,7 +91,7 @@ FA4_DEVICE void load_paged_rows_async(u32 smem, const u16* head_base, const int*
     if (ROWS % kRowStep == 0 || r < ROWS) {
       const bool ok = col_ok && r < rows_valid;
       const i64 off = ok ? (i64)entries[entry] * page_stride + (i64)in_page * row_stride + c : 0;
-      cp_async_16_zfill(dst + it * kRowStep * STRIDE * 2, head_base + off, ok);
+      cp_async_16_zfill(smem + Rows::offset(r, c), head_base + off, ok);
     }
     entry += step_entries;
     in_page += step_rows;

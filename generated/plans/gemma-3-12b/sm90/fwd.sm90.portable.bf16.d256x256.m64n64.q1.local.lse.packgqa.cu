@@ -45,20 +45,24 @@ using Seq = SeqInfo<kVarlen, kPaged>;
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kWarpM = 16;                      // rows per warp
-constexpr int kWarps = kBlockM / kWarpM;
+constexpr int kWarpsN = 1;                     // warps along the keys, sharing their rows
+constexpr int kWarpKeys = kTileN / kWarpsN;               // a warp's keys of each block
+constexpr int kWarps = kBlockM / kWarpM * kWarpsN;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMT = kWarpM / 16;                          // m16 fragments per warp
-constexpr int kNT = kTileN / 8;                           // n8 tiles of S per block
+constexpr int kNT = kWarpKeys / 8;                        // n8 tiles of S per block
 constexpr int kDvT = kDvPad / 8;                          // n8 tiles of O
 constexpr int kQRow = (kDPad > kDvPad ? kDPad : kDvPad) + 8;  // Q rows also stage O
-constexpr int kKRow = kDPad + 8, kVRow = kDvPad + 8;
+using QRows = PaddedRows<kQRow>;                          // loaded once: padded
+using KRows = KvRows<kDPad, kTileM>;                      // streamed: swizzled where rows are whole 128-byte
+using VRows = KvRows<kDvPad, kTileM>;                     // spans and tiles small (see KvRows)
 constexpr int kSmemQ = 0;
-constexpr int kSmemK = kSmemQ + kBlockM * kQRow * 2;
-constexpr int kSmemV = kSmemK + kTileN * kKRow * 2;
-constexpr int kSmemPages = kSmemV + kTileN * kVRow * 2;     // paged: 2 slots of page-table entries
+constexpr int kSmemK = kSmemQ + kBlockM * QRows::kRowBytes;
+constexpr int kSmemV = kSmemK + kTileN * KRows::kRowBytes;
+constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slots of page-table entries
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
-static_assert(kThreads == 128 && kSmemBytes == 101376, "layout differs from KernelSpec::geometry");
+static_assert(kThreads == 128 && kSmemBytes == 99328, "layout differs from KernelSpec::geometry");
 static_assert(sizeof(FwdParams) == 312, "FwdParams differs from its Rust twin");
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_offsetof)  // NVRTC 13.5 has it, 13.0 does not
@@ -70,7 +74,7 @@ static_assert(__builtin_offsetof(FwdParams, group) == 268 &&
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
 // rather than held across the main loop: at 255 registers a held 64-bit base spills.
-template <int COLS, int STRIDE>
+template <int COLS, class Rows>
 FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64 batch_stride, i64 head_stride,
                               i64 row_stride, int nb, int n0, int seqlen_k, int cols_valid, const int* page_entries) {
   const int z = (int)block_index_z_fresh();
@@ -86,38 +90,39 @@ FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64
     const bool one_page = kWindowBlocks ? p.page_size >= kTileN && n0 % p.page_size + kTileN <= p.page_size
                                         : p.page_size % kTileN == 0;
     if (one_page) {
-      load_rows_async<kTileN, COLS, STRIDE, kThreads>(
+      load_rows_async<kTileN, COLS, Rows, kThreads>(
           smem, head_base + paged_row_offset(p, entries, n0, 0, batch_stride, row_stride), row_stride,
           seqlen_k - n0, cols_valid);
     } else if constexpr (kThreads % (COLS / 8) == 0) {
-      load_paged_rows_async<kTileN, COLS, STRIDE, kThreads>(smem, head_base, entries, n0, p.page_size, batch_stride,
+      load_paged_rows_async<kTileN, COLS, Rows, kThreads>(smem, head_base, entries, n0, p.page_size, batch_stride,
                                                             row_stride, seqlen_k - n0, cols_valid);
     } else {  // head dims whose 16-byte chunks do not divide the threads (96): any row per thread
-      load_rows_gather_async<kTileN, COLS, STRIDE, kThreads>(
+      load_rows_gather_async<kTileN, COLS, Rows, kThreads>(
           smem, head_base, [&](int r) { return paged_row_offset(p, entries, n0, r, batch_stride, row_stride); },
           seqlen_k - n0, cols_valid);
     }
   } else {
-    load_rows_async<kTileN, COLS, STRIDE, kThreads>(
+    load_rows_async<kTileN, COLS, Rows, kThreads>(
         smem, head_base + kv_seq_offset<kVarlen>(p, b, batch_stride, row_stride) + (i64)n0 * row_stride, row_stride,
         seqlen_k - n0, cols_valid);
   }
 }
 
 // S = Q K^T for this warp's rows: s[mt][nt] is the m16n8 accumulator of rows mt*16.., keys nt*8..
-FA4_DEVICE void gemm_qk(float (&s)[kMT][kNT][4], u32 q_tile, u32 k_tile, const LdmatrixLane<kQRow>& ql,
-                        const LdmatrixLane<kKRow>& kl) {
+// q_lane / k_lane: the tiles' addresses plus this lane's part (QRows::lane_a, KRows::lane_b).
+FA4_DEVICE void gemm_qk(float (&s)[kMT][kNT][4], u32 q_lane, u32 k_lane) {
   zero_accumulators(s);
 #pragma unroll
   for (int kk = 0; kk < kDPad / 16; ++kk) {
     u32 a[kMT][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
-      ldmatrix_x4(a[mt], q_tile + ql.a_off + LdmatrixLane<kQRow>::at(mt * 16, kk * 16));
+      ldmatrix_x4(a[mt], QRows::x4(q_lane, mt * 16, kk * 16));
+    const u32 k_cols = KRows::cols(KRows::in_loop(k_lane), kk * 16);  // one swizzle term per k step
 #pragma unroll
     for (int nt = 0; nt < kNT; nt += 2) {
       u32 b[4];
-      ldmatrix_x4(b, k_tile + kl.b_off + LdmatrixLane<kKRow>::at(nt * 8, kk * 16));
+      ldmatrix_x4(b, k_cols + nt * 8 * KRows::kRowBytes);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         mma_m16n8k16<Elem>(s[mt][nt], a[mt], b[0], b[1]);
@@ -130,11 +135,11 @@ FA4_DEVICE void gemm_qk(float (&s)[kMT][kNT][4], u32 q_tile, u32 k_tile, const L
 // P (fp32, the S accumulators after the softmax) packed to 16-bit MMA A fragments: the m16n8 C
 // layout of two adjacent n8 tiles is exactly the m16k16 A layout of one k step. Packing all of P
 // at once ends the fp32 S live range before the PV GEMM (half the registers).
-FA4_DEVICE void pack_p(u32 (&pa)[kMT][kTileN / 16][4], const float (&s)[kMT][kNT][4]) {
+FA4_DEVICE void pack_p(u32 (&pa)[kMT][kWarpKeys / 16][4], const float (&s)[kMT][kNT][4]) {
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-    for (int kk = 0; kk < kTileN / 16; ++kk) {
+    for (int kk = 0; kk < kWarpKeys / 16; ++kk) {
       pa[mt][kk][0] = Elem::pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
       pa[mt][kk][1] = Elem::pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
       pa[mt][kk][2] = Elem::pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
@@ -142,15 +147,15 @@ FA4_DEVICE void pack_p(u32 (&pa)[kMT][kTileN / 16][4], const float (&s)[kMT][kNT
     }
 }
 
-// O += P V, P from registers, V^T fragments by ldmatrix.trans.
-FA4_DEVICE void gemm_pv(float (&o)[kMT][kDvT][4], const u32 (&pa)[kMT][kTileN / 16][4], u32 v_tile,
-                        const LdmatrixLane<kVRow>& vl) {
+// O += P V, P from registers, V^T fragments by ldmatrix.trans (v_lane: the tile plus
+// VRows::lane_a).
+FA4_DEVICE void gemm_pv(float (&o)[kMT][kDvT][4], const u32 (&pa)[kMT][kWarpKeys / 16][4], u32 v_lane) {
 #pragma unroll
-  for (int kk = 0; kk < kTileN / 16; ++kk)
+  for (int kk = 0; kk < kWarpKeys / 16; ++kk)
 #pragma unroll
     for (int dt = 0; dt < kDvT; dt += 2) {
       u32 b[4];
-      ldmatrix_x4_trans(b, v_tile + vl.a_off + LdmatrixLane<kVRow>::at(kk * 16, dt * 8));
+      ldmatrix_x4_trans(b, VRows::x4(v_lane, kk * 16, dt * 8));
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         mma_m16n8k16<Elem>(o[mt][dt], pa[mt][kk], b[0], b[1]);
@@ -211,11 +216,11 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa(const __grid_
   // loads (prefetch_pages), so they are resident when its K and then its V are loaded.
   const int* page_entries = reinterpret_cast<const int*>(smem + kSmemPages);
   auto load_k = [&](int nb) {
-    load_kv_block<kDPad, kKRow>(sK, p, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb, key_of(nb),
+    load_kv_block<kDPad, KRows>(sK, p, p.k, p.k_batch_stride, p.k_head_stride, p.k_row_stride, nb, key_of(nb),
                                 seq.seqlen_k, kD, page_entries);
   };
   auto load_v = [&](int nb) {
-    load_kv_block<kDvPad, kVRow>(sV, p, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb, key_of(nb),
+    load_kv_block<kDvPad, VRows>(sV, p, p.v, p.v_batch_stride, p.v_head_stride, p.v_row_stride, nb, key_of(nb),
                                  seq.seqlen_k, kDv, page_entries);
   };
   auto prefetch_pages = [&](int nb) {
@@ -234,7 +239,7 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa(const __grid_
     }
   }
   if (n_hi > n_lo) {
-    load_tile_async<kBlockM, kDPad, kQRow, kThreads>(
+    load_tile_async<kBlockM, kDPad, QRows, kThreads>(
         sQ,
         [&](int r) {
           const int row = row0 + r;
@@ -246,17 +251,18 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa(const __grid_
   }
   cp_async_commit();
 
-  const int warp_row0 = warp * kWarpM;  // this warp's first row within the CTA block
-  const u32 sQw = sQ + warp_row0 * kQRow * 2;
-  const LdmatrixLane<kQRow> ql(lane);
-  const LdmatrixLane<kKRow> kl(lane);
-  const LdmatrixLane<kVRow> vl(lane);
+  const int warp_row0 = warp / kWarpsN * kWarpM;  // this warp's first row within the CTA block
+  const int warp_key0 = warp % kWarpsN * kWarpKeys;  // and its first key within a K block
+  // This warp's rows of Q and keys of K and V, plus the lane's part of each ldmatrix address.
+  const u32 q_lane = sQ + warp_row0 * QRows::kRowBytes + QRows::lane_a(lane);
+  const u32 k_lane = sK + warp_key0 * KRows::kRowBytes + KRows::lane_b(lane);
+  const u32 v_lane = sV + warp_key0 * VRows::kRowBytes + VRows::lane_a(lane);
 
   // A warp whose rows all lie past the end (decode: a few packed rows in a 128-row tile) still
   // loads and meets every barrier but skips the math: decode CTAs then cost one warp's MMAs.
   // Re-derived from a fresh thread index at each use: a predicate held across the loop spilled
   // the d64 128x128 kernels (28 bytes, -5% on causal d64).
-  auto warp_active = [&] { return row0 + (int)(thread_index_fresh() / 32) * kWarpM < rows; };
+  auto warp_active = [&] { return row0 + (int)(thread_index_fresh() / 32 / kWarpsN) * kWarpM < rows; };
   float o[kMT][kDvT][4];
   zero_accumulators(o);
   OnlineSoftmax<kMT, kNT> softmax;
@@ -270,10 +276,10 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa(const __grid_
     if (nb > n_lo) prefetch_pages(nb - 1);  // slot (nb - 1) & 1 was last read before this barrier
     cp_async_commit();
 
-    u32 pa[kMT][kTileN / 16][4];  // P of this block, kept for O += P V after the barrier
+    u32 pa[kMT][kWarpKeys / 16][4];  // P of this block, kept for O += P V after the barrier
     if (warp_active()) {
       float s[kMT][kNT][4];
-      gemm_qk(s, sQw, sK, ql, kl);
+      gemm_qk(s, q_lane, k_lane);
       if constexpr (kSoftcap) {
         // s = tanh(qk * scale / c); the softmax multiplies by c * log2(e) (p.scale_log2).
         const float cs = p.softcap_scale;
@@ -285,14 +291,14 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa(const __grid_
             for (int e = 0; e < 4; ++e) s[mt][nt][e] = tanh_accurate(s[mt][nt][e] * cs);
       }
 
-      const int n0 = key_of(nb);
-      if (mask.block_is_partial(m0, m1, n0, kTileN)) {
+      const int n0 = key_of(nb) + warp_key0;  // this warp's keys of the block
+      if (mask.block_is_partial(m0, m1, n0, kWarpKeys)) {
         // Visible keys of a row, relative to this thread's first column: the per-element test is
         // then a compare against the compile-time column offset. The rows' query indices are
         // derived here from a fresh thread index, not hoisted out of the main loop (with pack-GQA
         // they are divisions, and held they cost registers the accumulators need).
         const int tf = thread_index_fresh();
-        const int thread_row0 = row0 + tf / 32 * kWarpM + tf % 32 / 4;
+        const int thread_row0 = row0 + tf / 32 / kWarpsN * kWarpM + tf % 32 / 4;
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -326,11 +332,61 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa(const __grid_
     if (nb > n_lo) load_k(nb - 1);
     cp_async_commit();
 
-    if (warp_active()) gemm_pv(o, pa, sV, vl);
+    if (warp_active()) gemm_pv(o, pa, VRows::in_loop(v_lane));
+  }
+
+  if constexpr (kWarpsN > 1) {
+    // ---- the key-split warps meet: warps 1.. hand their row states and O to warp 0 ----
+    // Lane l of every warp holds the same rows' and columns' fragments (over other keys), so
+    // warp 0's lane l merges lane l's states, element-major in shared memory (conflict-free).
+    constexpr int kStateFloats = 4 * kMT + 4 * kMT * kDvT;  // row max and sum share per row, then O
+    static_assert((kWarpsN - 1) * 32 * kStateFloats * 4 <= kSmemPages - kSmemK, "the merge fits in K and V");
+    float* scratch = reinterpret_cast<float*>(smem + kSmemK);
+    const int wn = (int)(thread_index_fresh() / 32) % kWarpsN;
+    __syncthreads();  // every warp is done with K and V
+    if (wn != 0) {
+      float* mine = scratch + (wn - 1) * 32 * kStateFloats + lane;
+      int e = 0;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          mine[32 * e++] = softmax.row_max[mt][h];
+          mine[32 * e++] = softmax.row_sum[mt][h];
+        }
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < kDvT; ++dt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) mine[32 * e++] = o[mt][dt][i];
+    }
+    __syncthreads();
+    if (wn != 0) return;
+#pragma unroll 1
+    for (int w = 1; w < kWarpsN; ++w) {
+      const float* theirs = scratch + (w - 1) * 32 * kStateFloats + lane;
+      float m[kMT][2], l[kMT][2], a[kMT][2], b[kMT][2];
+      int e = 0;
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          m[mt][h] = theirs[32 * e++];
+          l[mt][h] = theirs[32 * e++];
+        }
+      softmax.merge(m, l, p.scale_log2, a, b);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int dt = 0; dt < kDvT; ++dt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) o[mt][dt][i] = o[mt][dt][i] * a[mt][i / 2] + theirs[32 * e++] * b[mt][i / 2];
+    }
   }
 
   // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised ----
-  const int ewarp_row0 = thread_index_fresh() / 32 * kWarpM;  // = warp_row0, recomputed rather than kept live
+  const int ewarp_row0 = thread_index_fresh() / 32 / kWarpsN * kWarpM;  // = warp_row0, recomputed rather than kept live
   // The sink joins the denominator here, or in the combine when K is split (counted once).
   softmax.template finalize<kSink && !kSplit>(p.scale_log2, [&](int mt, int h) {
     const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
