@@ -322,9 +322,10 @@ impl KernelSpec {
         let warps = self.block_m() / warp_m * warps_n;
         let q_row = d_pad.max(dv_pad) + 8;
         // K and V rows that are whole 128-byte spans are swizzled, not padded, in tiles of at
-        // most 64 rows (`KvRows` in smem_tile.cuh: the padding cost decode 1.5x its L2 reads).
+        // most 64 rows over unpaged K/V (`KvRows` in smem_tile.cuh: the padding cost decode
+        // 1.5x its L2 reads).
         let kv_row = |cols: u32| {
-            if cols.is_multiple_of(64) && self.tile_m <= 64 {
+            if cols.is_multiple_of(64) && self.tile_m <= 64 && !self.feat.paged {
                 cols
             } else {
                 cols + 8

@@ -464,10 +464,10 @@ pub const DECODE_ROWS: usize = 64;
 /// where its four warps share a block's math instead of one warp doing it while three wait.
 /// H200, bf16, the kernel's µs per call under torch.profiler, 64-row -> 16-row tile, same run
 /// (`…-session22-swizzle-ab.jsonl`): gpt-oss's 128-key window (d 64, H 64/8, B 1, sinks)
-/// 3.54 -> 3.25 µs (cuDNN 3.12); but
-/// over long caches, where the 64-row tile's one busy warp keeps up with the loads, the 16-row
-/// tile was slower (d 128 H 32/8 Sk 32k B 1: 34.8 -> 35.3 µs plus a dearer combine over more
-/// splits; B 8 4k 35.0 -> 36.1; Gemma-3's d 256 1k window 7.0 -> 7.2).
+/// 3.54 -> 3.25 µs (cuDNN 3.12); through the drop-in at B 64, 9.5 -> 6.1 µs per step
+/// (`…-window-decode-ab.jsonl`). Over long caches, where the 64-row tile's one busy warp keeps
+/// up with the loads, the 16-row tile was slower (d 128 H 32/8 Sk 32k B 1: 34.8 -> 35.3 µs plus
+/// a dearer combine over more splits; B 8 4k 35.0 -> 36.1; Gemma-3's d 256 1k window 7.0 -> 7.2).
 pub const KEY_SPLIT_MAX_KEYS: usize = 256;
 
 /// Whether the sm90 flagship packs GQA by default at every query length for these head dims

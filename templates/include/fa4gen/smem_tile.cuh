@@ -69,19 +69,20 @@ struct SwizzledRows {
 };
 
 // The layout of a K or V tile of COLS columns for a CTA of TILE_M rows: swizzled where COLS is
-// whole 128-byte spans and the tile is at most 64 rows (decode and small tiles, whose K/V
-// stream is what they wait for; the 128-row prefill tiles run at 255 registers, where the
-// swizzle's per-k-step bases spilled 8-20 bytes, and keep padded rows).
-template <int COLS, int TILE_M, bool kSwizzle = COLS % 64 == 0 && TILE_M <= 64>
+// whole 128-byte spans, the tile is at most 64 rows (decode and small tiles, whose K/V stream
+// is what they wait for; the 128-row prefill tiles run at 255 registers, where the swizzle's
+// per-k-step bases spilled 8-20 bytes) and K/V are not paged (pages of 16 keys measured 3-5%
+// slower swizzled at d 128 and 3-9% at d 256, H200, B 8-64; pages of 128 2-6% faster).
+template <int COLS, int TILE_M, bool PAGED, bool kSwizzle = COLS % 64 == 0 && TILE_M <= 64 && !PAGED>
 struct KvRowsOf {
   using type = PaddedRows<COLS + 8>;
 };
-template <int COLS, int TILE_M>
-struct KvRowsOf<COLS, TILE_M, true> {
+template <int COLS, int TILE_M, bool PAGED>
+struct KvRowsOf<COLS, TILE_M, PAGED, true> {
   using type = SwizzledRows<COLS>;
 };
-template <int COLS, int TILE_M>
-using KvRows = typename KvRowsOf<COLS, TILE_M>::type;
+template <int COLS, int TILE_M, bool PAGED>
+using KvRows = typename KvRowsOf<COLS, TILE_M, PAGED>::type;
 
 // Copy a ROWS x COLS tile (COLS a multiple of 8) into shared memory at `smem`, laid out as
 // Rows (PaddedRows or SwizzledRows), all NTHREADS threads of the CTA taking 16-byte chunks in turn.

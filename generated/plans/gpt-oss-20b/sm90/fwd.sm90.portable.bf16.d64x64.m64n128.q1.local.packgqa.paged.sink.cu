@@ -50,19 +50,19 @@ constexpr int kWarpKeys = kTileN / kWarpsN;               // a warp's keys of ea
 constexpr int kWarps = kBlockM / kWarpM * kWarpsN;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMT = kWarpM / 16;                          // m16 fragments per warp
-constexpr int kNT = kWarpKeys / 8;                        // n8 tiles of S per block
+constexpr int kNT = kWarpKeys / 8;                        // n8 tiles of S per warp and block
 constexpr int kDvT = kDvPad / 8;                          // n8 tiles of O
 constexpr int kQRow = (kDPad > kDvPad ? kDPad : kDvPad) + 8;  // Q rows also stage O
 using QRows = PaddedRows<kQRow>;                          // loaded once: padded
-using KRows = KvRows<kDPad, kTileM>;                      // streamed: swizzled where rows are whole 128-byte
-using VRows = KvRows<kDvPad, kTileM>;                     // spans and tiles small (see KvRows)
+using KRows = KvRows<kDPad, kTileM, kPaged>;              // streamed: swizzled where rows are whole 128-byte
+using VRows = KvRows<kDvPad, kTileM, kPaged>;             // spans, tiles small and K/V not paged (KvRows)
 constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kBlockM * QRows::kRowBytes;
 constexpr int kSmemV = kSmemK + kTileN * KRows::kRowBytes;
 constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slots of page-table entries
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
-static_assert(kThreads == 128 && kSmemBytes == 43024, "layout differs from KernelSpec::geometry");
+static_assert(kThreads == 128 && kSmemBytes == 47120, "layout differs from KernelSpec::geometry");
 static_assert(sizeof(FwdParams) == 312, "FwdParams differs from its Rust twin");
 #if defined(__has_builtin)
 #if __has_builtin(__builtin_offsetof)  // NVRTC 13.5 has it, 13.0 does not
