@@ -211,8 +211,9 @@ pub struct Geometry {
     /// a key-split decode tile's shared memory and registers allow.
     pub min_ctas: u32,
     pub threads: u32,
-    /// Shared-memory row strides in elements (padded by 16 bytes so `ldmatrix` rows fall in
-    /// distinct banks for any head dim, with no swizzle).
+    /// Shared-memory row strides in elements: padded by 16 bytes so `ldmatrix` rows fall in
+    /// distinct banks for any head dim, except K and V rows that the portable kernel swizzles
+    /// instead (`KvRows`: whole 128-byte spans, tiles of at most 64 rows, unpaged), unpadded.
     pub q_row: u32,
     pub k_row: u32,
     pub v_row: u32,
