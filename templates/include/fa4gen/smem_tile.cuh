@@ -68,21 +68,21 @@ struct SwizzledRows {
   static FA4_DEVICE u32 in_loop(u32 tile_lane) { return opaque(tile_lane); }
 };
 
-// The layout of a K or V tile of COLS columns for a CTA of TILE_M rows: swizzled where COLS is
-// whole 128-byte spans, the tile is at most 64 rows (decode and small tiles, whose K/V stream
-// is what they wait for; the 128-row prefill tiles run at 255 registers, where the swizzle's
-// per-k-step bases spilled 8-20 bytes) and K/V are not paged (pages of 16 keys measured 3-5%
-// slower swizzled at d 128 and 3-9% at d 256, H200, B 8-64; pages of 128 2-6% faster).
-template <int COLS, int TILE_M, bool PAGED, bool kSwizzle = COLS % 64 == 0 && TILE_M <= 64 && !PAGED>
+// The layout a K or V tile's row stride names: ROW (elements) = COLS for rows swizzled within
+// 128-byte spans, unpadded; COLS + 8 for padded rows. Which one a kernel takes is decided once,
+// in Rust (`KernelSpec::geometry`), and rendered as the stride.
+template <int COLS, int ROW>
 struct KvRowsOf {
-  using type = PaddedRows<COLS + 8>;
+  static_assert(ROW == COLS + 8, "a K/V row stride is COLS (swizzled) or COLS + 8 (padded)");
+  using type = PaddedRows<ROW>;
 };
-template <int COLS, int TILE_M, bool PAGED>
-struct KvRowsOf<COLS, TILE_M, PAGED, true> {
+template <int COLS>
+struct KvRowsOf<COLS, COLS> {
+  static_assert(COLS % 64 == 0, "swizzled rows are whole 128-byte spans");
   using type = SwizzledRows<COLS>;
 };
-template <int COLS, int TILE_M, bool PAGED>
-using KvRows = typename KvRowsOf<COLS, TILE_M, PAGED>::type;
+template <int COLS, int ROW>
+using KvRows = typename KvRowsOf<COLS, ROW>::type;
 
 // Copy a ROWS x COLS tile (COLS a multiple of 8) into shared memory at `smem`, laid out as
 // Rows (PaddedRows or SwizzledRows), all NTHREADS threads of the CTA taking 16-byte chunks in turn.

@@ -58,8 +58,8 @@ constexpr int kNT = kWarpKeys / 8;                        // n8 tiles of S per w
 constexpr int kDvT = kDvPad / 8;                          // n8 tiles of O
 constexpr int kQRow = (kDPad > kDvPad ? kDPad : kDvPad) + 8;  // Q rows also stage O
 using QRows = PaddedRows<kQRow>;                          // loaded once: padded
-using KRows = KvRows<kDPad, kTileM, kPaged>;              // streamed: swizzled where rows are whole 128-byte
-using VRows = KvRows<kDvPad, kTileM, kPaged>;             // spans, tiles small and K/V not paged (KvRows)
+using KRows = KvRows<kDPad, 64>;  // streamed: swizzled or padded as KernelSpec::geometry's
+using VRows = KvRows<kDvPad, 64>;  // row strides say (swizzled: unpadded)
 constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kBlockM * QRows::kRowBytes;
 constexpr int kSmemV = kSmemK + kTileN * KRows::kRowBytes;
@@ -430,7 +430,9 @@ fa4gen_fwd_sm120_portable_bf16_d64x64_m64n128_q1_causal_lse_packgqa_varlen_sink_
     return;
   }
   // O in 16 bits, staged through this warp's own Q rows and written with 16-byte stores.
-  __syncwarp();  // only this warp ever reads its Q rows: no CTA barrier needed to reuse them
+  // Q rows are read only by the warp that owns them, and in a key-split tile by its partners,
+  // which passed the merge's barriers after their last read and returned: no CTA barrier.
+  __syncwarp();
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
