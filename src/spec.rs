@@ -327,7 +327,7 @@ impl KernelSpec {
         // (`KvRows` in smem_tile.cuh), so the rule lives here only. Why: padded rows cost
         // decode 1.5x its L2 reads (sectors split across 128-byte lines); the 128-row prefill
         // tiles run at 255 registers, where the swizzle's per-k-step bases spilled 8-20
-        // bytes; pages of 16 keys measured 3-5% slower swizzled at d 128 and 3-9% at d 256
+        // bytes; pages of 16 keys measured 3-5% slower swizzled at d 128 and 3-8% at d 256
         // (H200, B 8-64), pages of 128 2-6% faster.
         let kv_row = |cols: u32| {
             if cols.is_multiple_of(64) && self.tile_m <= 64 && !self.feat.paged {
