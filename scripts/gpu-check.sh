@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance] [window-floor]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -169,6 +169,33 @@ print(f"balance d,s,causal={sys.argv[1]}: active cycles per SM max/mean {m / a:.
 PY
     done | tee "$OUT/balance.txt"
     rm -f "$OUT/balance.tmp"
+    ;;
+  window-floor)
+    # #5's window 128 against the memory it must move: the window and unmasked kernels
+    # (packed H 32 / Hkv 4, S 16k, and 4k x 4), a 1 GiB device copy (the DRAM rate a kernel can
+    # reach here), then ncu's DRAM throughput and duration for one launch of each kernel.
+    for r in 1 2; do
+      FA4GEN_BENCH_WARM_S=0.6 FA4GEN_BENCH_WINDOW_S=0.5 .stage/bin/bench_fwd .stage/generated 64,16384,0,g8,w128 64,16384,0,g8 64,4096,0,g8,w128
+    done > "$OUT/window-floor.jsonl" 2> "$OUT/window-floor.err" || status=1
+    grep tflops "$OUT/window-floor.jsonl"
+    python3 - <<'PY' | tee "$OUT/copy-bw.txt"
+import torch
+x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
+for _ in range(5): y.copy_(x)
+ts = []
+for _ in range(20):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); y.copy_(x); b.record(); b.synchronize(); ts.append(a.elapsed_time(b))
+ms = sorted(ts)[len(ts) // 2]
+print(f"device copy of 1 GiB: {ms:.3f} ms, {2 * (1 << 30) / (ms * 1e-3) / 1e12:.2f} TB/s (read + write)")
+PY
+    for args in 64,16384,0,g8,w128 64,16384,0,g8; do
+      rep="$OUT/ncu-${args//,/_}"
+      ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis -k regex:fwd -c 1 -f -o "$rep" \
+          .stage/bin/bench_fwd .stage/generated --one "$args" > "$rep.log" 2>&1 || status=1
+      ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+      echo "ncu $args: $(grep -E 'Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate' "$rep.txt" | tr -s ' ' | tr '\n' ';')"
+    done
     ;;
   capi)
     nvcc -o "$OUT/capi_test" tests/capi/capi_test.c -Iinclude -L.stage/lib -lfa4gen -Xlinker -rpath=.stage/lib > "$OUT/capi-build.log" 2>&1 \
