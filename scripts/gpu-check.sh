@@ -195,6 +195,8 @@ PY
           .stage/bin/bench_fwd .stage/generated --one "$args" > "$rep.log" 2>&1 || status=1
       ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
       echo "ncu $args: $(grep -E 'Duration|DRAM Throughput|Memory Throughput|L2 Hit Rate' "$rep.txt" | tr -s ' ' | tr '\n' ';')"
+      # Only a few files come back from the device: keep the text, not the report.
+      rm -f "$rep.ncu-rep" "$rep.log"
     done
     ;;
   capi)
