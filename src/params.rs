@@ -71,6 +71,10 @@ pub struct FwdParams {
     pub scale_log2: f32,
     /// softcap: `scale / softcap`.
     pub softcap_scale: f32,
+    /// The wgmma kernel's causal runs (`KernelSpec::wgmma_q_run` > 0) dealt Q-block-major
+    /// (1: a run's schedule units heaviest first, the (head, batch) pairs fastest) rather than
+    /// head-major (0: each (head, batch)'s blocks of the run together); `Selection::m_major_runs`.
+    pub m_major_runs: i32,
 }
 
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.

@@ -50,6 +50,13 @@ pub struct Selection {
     /// Split the persistent schedule's tail (`KernelSpec::wgmma_split_tail`): the runtime
     /// plans it for the grid it launches ([`tail_plan`]) and gives the kernel a workspace.
     pub split_tail: bool,
+    /// Deal the wgmma kernel's causal runs (`KernelSpec::wgmma_q_run` > 0) Q block major: a
+    /// run's schedule units (tiles, or a pair's two) heaviest first with the (head, batch)
+    /// pairs fastest, instead of each (head, batch)'s blocks of the run together. The rounds
+    /// then fall in cost monotonically, which the snake deals evenly
+    /// ([`M_MAJOR_RUNS_MIN_KEYS`]: long calls whose run of every (head, batch) fits in a
+    /// round of the grid).
+    pub m_major_runs: bool,
     /// The wgmma kernel's schedule: (Q block, head, batch) tiles.
     pub tiles: usize,
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
@@ -69,6 +76,21 @@ pub struct Selection {
 /// calls (session 13, sustained, alone -> pairs): 1k d 128 447 -> 430, d 256 466 -> 460; 4k
 /// d 128 587 -> 590, d 192/128 608 -> 620, d 256 623 -> 635; 16k +2.3-4.3%: the same rule.
 pub const PAIRS_MIN_KEYS: usize = 4096;
+
+/// Keys from which causal runs are dealt Q block major by default (`Problem::m_major_runs`),
+/// where one run of every (head, batch) fits in a round of the grid (heads x batch x run <=
+/// CTAs): there the order only changes which CTA takes which tile of the round, not which
+/// tiles are in flight together, so the K/V the round shares in L2 is the same.
+/// Head-major, a round's costs rise and fall in a saw tooth (each (head, batch)'s run of 16
+/// Q blocks, lightest first) that the snake's reversal does not cancel: simulated max / mean
+/// work per CTA at the #4 causal cells (cost = K blocks + 2 per tile, H200's 132 SMs, pairs
+/// where the call pairs; `m_major_runs_decode_and_balance`) 1.026-1.032 at 16k, Q block
+/// major 1.002-1.003. Measured (H200, B·S 16k, H·d 2048, sustained, three rounds, TFLOP/s
+/// head-major -> Q block major): d 256 16k (8 heads: a run group fits a round) 672.9 ->
+/// 693.8 (+3.1%), 8k (B 2: it does not) 641.5 -> 647.2; where a round then spans more heads
+/// the L2 loses more than the balance gains: d 128 16k 634.8 -> 618.1, d 192/128 16k 672.0
+/// -> 672.4, 8k 641.9 -> 623.4, d 64 16k 483.8 -> 476.6, d 256 4k (B 4) 595.8 -> 571.0.
+pub const M_MAJOR_RUNS_MIN_KEYS: usize = 8192;
 
 /// The split tail's plan for `units` equal schedule units (tiles; in pairs, a pair's two) of
 /// `blocks` K blocks each on `slots` persistent CTAs (or pairs): `Some((round, tail_units))`,
@@ -448,12 +470,20 @@ pub fn select_with(
                     )
             }
         };
+    let m_major_runs = match spec.wgmma_q_run() {
+        Some(run) if run > 0 => p.m_major_runs.unwrap_or(
+            p.seqlen_k >= M_MAJOR_RUNS_MIN_KEYS
+                && heads * p.batch * (run as usize).min(m_blocks) <= grid.0 as usize,
+        ),
+        _ => false,
+    };
     Ok(Selection {
         spec,
         grid,
         num_splits,
         pairs,
         split_tail,
+        m_major_runs,
         tiles,
         decode_tile: decode && class.decode(rows, decode_keys) == Some(spec),
     })
@@ -1130,5 +1160,125 @@ mod tests {
         // d 96 at 16k: whole by default.
         let p = Problem::new(DType::Bf16, 1, 16384, 16384, 21, 21, 96, 96);
         assert!(!sel(&p, &H200).split_tail);
+    }
+
+    /// The kernel's causal run decode (fwd_sm90.cu `Tiles::at`, modelled here for the
+    /// tiles of whole runs, `m_major` either way) is a bijection onto (Q block, head) whose
+    /// pairs stay Q blocks 2k and 2k + 1 of one head; and dealt by the snake (`Tiles::nth`)
+    /// at the #4 16k causal cells (cost: K blocks + 2 per tile, 132 SMs, pairs at d >= 128)
+    /// the Q-block-major order's max / mean work per CTA is what `M_MAJOR_RUNS_MIN_KEYS`
+    /// cites, against the head-major order's.
+    #[test]
+    fn m_major_runs_decode_and_balance() {
+        // (run index, m_lo, hb) of tile t, as Tiles::at computes them.
+        fn decode(
+            t: usize,
+            run: usize,
+            hbs: usize,
+            pair: usize,
+            m_major: bool,
+        ) -> (usize, usize, usize) {
+            if m_major {
+                let shift = pair - 1;
+                let (q, hb) = ((t >> shift) / hbs, (t >> shift) % hbs);
+                let (slow, r2) = ((q << shift) / run, (q << shift) % run);
+                (slow, run - pair - r2 + (t & shift), hb)
+            } else {
+                let (rest, m_lo) = (t / run, t % run);
+                (rest / hbs, m_lo, rest % hbs)
+            }
+        }
+        // (d, S, tile_m, tile_n, heads, pairs)
+        let cells: [(u32, usize, usize, usize, usize, bool); 4] = [
+            (64, 16384, 192, 128, 32, false),
+            (128, 16384, 128, 160, 16, true),
+            (192, 16384, 128, 128, 16, true),
+            (256, 16384, 128, 80, 8, true),
+        ];
+        for (d, s, tm, tn, hbs, pairs) in cells {
+            let m_blocks = s.div_ceil(tm);
+            let run = 16.min(m_blocks);
+            let runs = m_blocks / run;
+            let run_tiles = runs * run * hbs;
+            let pair = if pairs { 2 } else { 1 };
+            let mut balance = [0.0; 2];
+            for (o, m_major) in [false, true].into_iter().enumerate() {
+                let mut seen = vec![false; m_blocks * hbs];
+                let mut cost = Vec::new();
+                for t in 0..run_tiles {
+                    let (slow, m_lo, hb) = decode(t, run, hbs, pair, m_major);
+                    let m = m_blocks - (slow + 1) * run + m_lo;
+                    assert!(m_lo < run && hb < hbs && !seen[m * hbs + hb], "d {d} t {t}");
+                    seen[m * hbs + hb] = true;
+                    if pair == 2 && t % 2 == 1 {
+                        let (s0, m0, h0) = decode(t - 1, run, hbs, pair, m_major);
+                        assert_eq!((s0, h0, m0 ^ 1), (slow, hb, m_lo), "d {d}: a pair split");
+                        assert_eq!(m0 % 2, 0);
+                    }
+                    cost.push(((m + 1) * tm).min(s).div_ceil(tn) as f64 + 2.0);
+                }
+                // The rest (m_blocks % run lowest blocks) in the masked order, as before.
+                for i in 0..m_blocks % run {
+                    for _ in 0..hbs {
+                        cost.push((((m_blocks % run - i) * tm).min(s)).div_ceil(tn) as f64 + 2.0);
+                    }
+                }
+                let units: Vec<f64> = cost
+                    .chunks(pair)
+                    .map(|c| c.iter().copied().fold(0.0, f64::max))
+                    .collect();
+                let slots = 132 / pair;
+                let mut load = vec![0.0; slots];
+                for (i, u) in units.iter().enumerate() {
+                    let (j, b) = (i / slots, i % slots);
+                    load[if j % 2 == 1 { slots - 1 - b } else { b }] += u;
+                }
+                let mean = units.iter().sum::<f64>() / slots as f64;
+                balance[o] = load.iter().copied().fold(0.0, f64::max) / mean;
+            }
+            assert!(
+                balance[0] > 1.02 && balance[1] < 1.004,
+                "d {d}: {balance:?}"
+            );
+        }
+    }
+
+    /// Q-block-major runs only where the kernel runs causal runs (unpacked causal), by
+    /// default from `M_MAJOR_RUNS_MIN_KEYS` keys where a run of every (head, batch) fits in a
+    /// round (d 256 16k: 8 heads x 16 blocks <= 132 CTAs; not 16 heads, not B 2, not 4k), and
+    /// `Problem::m_major_runs` forces either way.
+    #[test]
+    fn m_major_runs_only_on_causal_runs() {
+        for d in [64, 128, 192, 256] {
+            let dv = if d == 192 { 128 } else { d };
+            let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 16, 16, d, dv);
+            p.causal = true;
+            let s = sel(&p, &H200);
+            assert!(
+                !s.m_major_runs,
+                "d {d}: 16 heads x 16 blocks span two rounds: {s:?}"
+            );
+            p.m_major_runs = Some(true);
+            assert!(sel(&p, &H200).m_major_runs, "d {d}");
+            p.m_major_runs = Some(false);
+            assert!(!sel(&p, &H200).m_major_runs, "d {d}");
+            // Unmasked calls have no runs; packed GQA's runs are of G blocks, not 16.
+            p.m_major_runs = Some(true);
+            p.causal = false;
+            assert!(!sel(&p, &H200).m_major_runs, "d {d} unmasked");
+            let mut p = Problem::new(DType::Bf16, 1, 4096, 4096, 16, 2, d, dv);
+            p.causal = true;
+            p.pack_gqa = Some(true);
+            p.m_major_runs = Some(true);
+            let s = sel(&p, &H200);
+            assert!(s.spec.pack_gqa && !s.m_major_runs, "d {d}: {s:?}");
+        }
+        let at = |b: usize, s: usize, h: usize| {
+            let mut p = Problem::new(DType::Bf16, b, s, s, h, h, 256, 256);
+            p.causal = true;
+            sel(&p, &H200).m_major_runs
+        };
+        assert!(at(1, 16384, 8), "d 256 16k, the measured gain");
+        assert!(!at(2, 8192, 8) && !at(4, 4096, 8) && !at(1, 4096, 8) && !at(1, 16384, 16));
     }
 }

@@ -91,12 +91,14 @@ struct Case {
     late_keys: Option<(usize, usize, f32)>,
     /// `Problem::split_tail` (`None`: selection's default).
     split_tail: Option<bool>,
+    /// `Problem::m_major_runs` (`None`: selection's default).
+    m_major: Option<bool>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?} m_major={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -113,7 +115,8 @@ impl Case {
             self.tile_mn,
             self.pairs,
             self.late_keys,
-            self.split_tail
+            self.split_tail,
+            self.m_major
         )
     }
 }
@@ -127,6 +130,8 @@ struct Outcome {
     paired: bool,
     /// Selection split its schedule's tail (`Selection::split_tail`).
     split_tail: bool,
+    /// Selection dealt the causal runs Q block major (`Selection::m_major_runs`).
+    m_major: bool,
 }
 
 fn randn(rng: &mut StdRng, dtype: DType, n: usize) -> Vec<f32> {
@@ -172,6 +177,7 @@ fn problem(c: &Case) -> Problem {
     p.tile_mn = c.tile_mn;
     p.cta_pairs = c.pairs;
     p.split_tail = c.split_tail;
+    p.m_major_runs = c.m_major;
     p
 }
 
@@ -216,9 +222,14 @@ fn run_case(
     let o_len = (b * sq * o_row).max(1);
     let lse_len = (b * h * sq).max(1);
 
-    let (kernel, paired, split_tail) = match fa.plan(&p) {
-        Ok((_, sel)) => (sel.spec.imp.name(), sel.pairs, sel.split_tail),
-        Err(_) => ("", false, false),
+    let (kernel, paired, split_tail, m_major) = match fa.plan(&p) {
+        Ok((_, sel)) => (
+            sel.spec.imp.name(),
+            sel.pairs,
+            sel.split_tail,
+            sel.m_major_runs,
+        ),
+        Err(_) => ("", false, false, false),
     };
     let mut results = Vec::new();
     for _ in 0..REPEATS {
@@ -254,6 +265,7 @@ fn run_case(
             kernel,
             paired,
             split_tail,
+            m_major,
         });
     }
     let rp = RefProblem {
@@ -310,6 +322,7 @@ fn run_case(
         kernel,
         paired,
         split_tail,
+        m_major,
     })
 }
 
@@ -344,6 +357,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
     let mut kernels = std::collections::BTreeMap::<&str, usize>::new();
     let mut paired = 0;
     let mut split = 0;
+    let mut m_major = 0;
     let t = std::time::Instant::now();
     for c in cases {
         match run_case(&stream, &fa, c, &mut rng) {
@@ -353,6 +367,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
                 *kernels.entry(o.kernel).or_default() += 1;
                 paired += usize::from(o.paired);
                 split += usize::from(o.split_tail);
+                m_major += usize::from(o.m_major);
                 if let Some(w) = want
                     && !o.kernel.is_empty()
                     && o.kernel != w
@@ -364,7 +379,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
         }
     }
     println!(
-        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?} ({paired} in CTA pairs, {split} with split tails); {:.1} s",
+        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?} ({paired} in CTA pairs, {split} with split tails, {m_major} with Q-block-major runs); {:.1} s",
         cases.len() - failures.len(),
         failures.len(),
         t.elapsed().as_secs_f64()
@@ -436,6 +451,7 @@ fn oracle_matrix() {
                             pairs: None,
                             late_keys: None,
                             split_tail: None,
+                            m_major: None,
                         });
                     }
                     combo += 1;
@@ -485,6 +501,7 @@ fn oracle_flagship() {
                             pairs: None,
                             late_keys: None,
                             split_tail: None,
+                            m_major: None,
                         });
                     }
                 }
@@ -562,6 +579,7 @@ fn oracle_flagship_tiles() {
                     pairs: None,
                     late_keys: None,
                     split_tail: None,
+                    m_major: None,
                 });
             }
         }
@@ -578,7 +596,8 @@ fn oracle_flagship_tiles() {
 /// The flagship's causal schedule in runs of 16 Q blocks of one (head, batch)
 /// (`KernelSpec::wgmma_q_run`) needs 16 blocks or more to form a run: sequences of 17-24
 /// blocks (one run and a ragged rest), 32+ (two runs), Sq != Sk both ways, odd head counts,
-/// GQA unpacked, on every head dim. A tile the decode skipped or dealt twice leaves poisoned
+/// GQA unpacked, on every head dim; each case twice, the runs dealt head major and Q block
+/// major (`Problem::m_major_runs`). A tile the decode skipped or dealt twice leaves poisoned
 /// rows or races; each case runs REPEATS times and is bit-compared.
 #[test]
 fn oracle_flagship_causal_runs() {
@@ -608,9 +627,19 @@ fn oracle_flagship_causal_runs() {
                 pairs: None,
                 late_keys: None,
                 split_tail: None,
+                m_major: None,
             });
         }
     }
+    // Each case again with the runs dealt Q block major (`Problem::m_major_runs`).
+    let twins: Vec<Case> = cases
+        .iter()
+        .map(|c| Case {
+            m_major: Some(true),
+            ..c.clone()
+        })
+        .collect();
+    cases.extend(twins);
     let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
     run_all_on(
         "oracle_flagship_causal_runs",
@@ -664,6 +693,7 @@ fn oracle_flagship_pairs() {
                 pairs: (sk < fa4gen::select::PAIRS_MIN_KEYS).then_some(true), // else the default
                 late_keys: None,
                 split_tail: None,
+                m_major: None,
             });
         }
     }
@@ -694,8 +724,9 @@ fn run_pairs(label: &str, cases: &[Case], min_paired: usize, pairable: impl Fn(&
 /// releases its extra blocks unread. Runs whole and even pair (m_blocks even, and under 16 or a
 /// multiple of 16), others run alone; Sq != Sk both ways (Sq > Sk: the lighter partner may see
 /// no key at all while the heavier one does), K shorter than one block, GQA unpacked, 80- and
-/// 160-key tiles (the partners' diagonals one or two blocks apart). A released stage the
-/// partner still reads, or rings out of step, shows as a wrong, moving or hung result.
+/// 160-key tiles (the partners' diagonals one or two blocks apart), each case in both orders
+/// of a run's tiles (`Problem::m_major_runs`). A released stage the partner still reads, or
+/// rings out of step, shows as a wrong, moving or hung result.
 #[test]
 fn oracle_flagship_causal_pairs() {
     // (sq, sk, batch, heads, heads_kv)
@@ -744,9 +775,20 @@ fn oracle_flagship_causal_pairs() {
                 pairs: Some(true),
                 late_keys: None,
                 split_tail: None,
+                m_major: None,
             });
         }
     }
+    // Each case again with the runs dealt Q block major (`Problem::m_major_runs`): a pair's
+    // two tiles must still be Q blocks 2k and 2k + 1 of one head.
+    let twins: Vec<Case> = cases
+        .iter()
+        .map(|c| Case {
+            m_major: Some(true),
+            ..c.clone()
+        })
+        .collect();
+    cases.extend(twins);
     // 128-row Q blocks: pairs where the runs of min(16, m_blocks) are whole and even.
     run_pairs("oracle_flagship_causal_pairs", &cases, 20, |c| {
         let m = c.sq.div_ceil(128);
@@ -808,6 +850,7 @@ fn oracle_flagship_split_tail() {
             pairs,
             late_keys: None,
             split_tail: Some(true),
+            m_major: None,
         });
     }
     // The same shapes with the tail whole: the control.
@@ -815,6 +858,7 @@ fn oracle_flagship_split_tail() {
         .iter()
         .map(|c| Case {
             split_tail: Some(false),
+            m_major: None,
             ..c.clone()
         })
         .collect();
@@ -885,6 +929,7 @@ fn late_max_cases() -> Vec<Case> {
                             pairs,
                             late_keys: Some((first, n, factor)),
                             split_tail: None,
+                            m_major: None,
                         });
                     }
                 }
@@ -968,6 +1013,7 @@ fn oracle_edges() {
         pairs: None,
         late_keys: None,
         split_tail: None,
+        m_major: None,
     };
     let cases = vec![
         Case {

@@ -468,6 +468,7 @@ impl FlashAttention {
                 params.tail_blocks = tail_blocks as i32; // (tail_plan kept it below 2^31)
             }
         }
+        params.m_major_runs = i32::from(sel.m_major_runs);
         // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
         let maps = match sel.spec.imp {
             Impl::Wgmma => Some(super::tma::maps(

@@ -106,6 +106,11 @@ pub struct Problem {
     /// [`split_tail_pays`](crate::select::split_tail_pays)); `Some(true)`: wherever the kernel
     /// and the grid allow; `Some(false)`: never. For tuning and tests.
     pub split_tail: Option<bool>,
+    /// Deal the sm90 flagship's causal runs Q block major (`Selection::m_major_runs`). `None`:
+    /// fa4gen's default ([`M_MAJOR_RUNS_MIN_KEYS`](crate::select::M_MAJOR_RUNS_MIN_KEYS)+
+    /// keys); `Some(true)`: wherever the kernel runs causal runs; `Some(false)`: never. For
+    /// tuning and tests.
+    pub m_major_runs: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
     pub v_strides: Strides,
@@ -153,6 +158,7 @@ impl Problem {
             tile_mn: None,
             cta_pairs: None,
             split_tail: None,
+            m_major_runs: None,
             q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),

@@ -40,6 +40,7 @@ struct FwdParams {
   int tail_round, tail_units, tail_blocks;  // split tail (tail_units > 0): its first round, units, blocks per tile
   float scale_log2;               // exp2 multiplier of a score: scale*log2(e), or softcap*log2(e)
   float softcap_scale;            // softcap: scale / softcap; the score is tanh(qk * softcap_scale)
+  int m_major_runs;               // causal runs dealt Q block major, (head, batch) fastest (Tiles::at)
 };
 
 }  // namespace fa4

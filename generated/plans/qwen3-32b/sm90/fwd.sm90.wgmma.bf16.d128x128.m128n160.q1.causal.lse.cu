@@ -241,6 +241,7 @@ struct Tiles {
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
+  bool m_major;                       // kRun > 0: the runs dealt Q block major (p.m_major_runs)
   int pair;                           // CTAs in this CTA's cluster: 2 (launched in pairs) or 1
   static constexpr int kRun = 16;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
@@ -256,6 +257,7 @@ struct Tiles {
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
+        m_major(kRun > 0 && p.m_major_runs != 0),
         pair((int)cluster_size()),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
@@ -291,11 +293,23 @@ struct Tiles {
     // = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
     // blocks, the lightest under a causal mask, in the masked order. No tile is empty, so
     // the static schedule deals every CTA real work.
+    // Q block major (m_major): a run's schedule units heaviest first, (head, batch) fastest
+    // (unit = ((run index * run / pair + u) * by_fast.divisor + hb), tile = unit * pair +
+    // rank), so each round's costs fall monotonically and the snake deals them evenly; a
+    // pair's two tiles stay Q blocks 2k and 2k + 1 of one head.
     int slow, fast;  // tile = slow * by_fast.divisor + fast
     int m_lo = 0;
     const bool in_run = kGrouped && tile < run_tiles;
-    if (in_run) by_run.divmod(tile, tile, m_lo);
-    by_fast.divmod(kGrouped && !in_run ? tile - run_tiles : tile, slow, fast);
+    if (in_run && m_major) {
+      const int shift = pair - 1;  // pair: 1 or 2
+      int q, r2;
+      by_fast.divmod(tile >> shift, q, fast);
+      by_run.divmod(q << shift, slow, r2);  // r2 = u * pair
+      m_lo = run - pair - r2 + (tile & shift);
+    } else {
+      if (in_run) by_run.divmod(tile, tile, m_lo);
+      by_fast.divmod(kGrouped && !in_run ? tile - run_tiles : tile, slow, fast);
+    }
     const int mb = kMask == MaskKind::None ? fast : slow;
     const int hb = kMask == MaskKind::None ? slow : fast;
     const int m_block = kMask == MaskKind::None ? mb
