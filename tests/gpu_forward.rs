@@ -593,6 +593,20 @@ fn oracle_flagship_tiles() {
     );
 }
 
+/// Each case twice: its causal runs dealt head major and Q block major
+/// (`Problem::m_major_runs` forced off, then on).
+fn in_both_run_orders(cases: Vec<Case>) -> Vec<Case> {
+    [false, true]
+        .into_iter()
+        .flat_map(|on| {
+            cases.iter().map(move |c| Case {
+                m_major: Some(on),
+                ..c.clone()
+            })
+        })
+        .collect()
+}
+
 /// The flagship's causal schedule in runs of 16 Q blocks of one (head, batch)
 /// (`KernelSpec::wgmma_q_run`) needs 16 blocks or more to form a run: sequences of 17-24
 /// blocks (one run and a ragged rest), 32+ (two runs), Sq != Sk both ways, odd head counts,
@@ -631,15 +645,7 @@ fn oracle_flagship_causal_runs() {
             });
         }
     }
-    // Each case again with the runs dealt Q block major (`Problem::m_major_runs`).
-    let twins: Vec<Case> = cases
-        .iter()
-        .map(|c| Case {
-            m_major: Some(true),
-            ..c.clone()
-        })
-        .collect();
-    cases.extend(twins);
+    let cases = in_both_run_orders(cases);
     let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
     run_all_on(
         "oracle_flagship_causal_runs",
@@ -779,16 +785,8 @@ fn oracle_flagship_causal_pairs() {
             });
         }
     }
-    // Each case again with the runs dealt Q block major (`Problem::m_major_runs`): a pair's
-    // two tiles must still be Q blocks 2k and 2k + 1 of one head.
-    let twins: Vec<Case> = cases
-        .iter()
-        .map(|c| Case {
-            m_major: Some(true),
-            ..c.clone()
-        })
-        .collect();
-    cases.extend(twins);
+    // A pair's two tiles must stay Q blocks 2k and 2k + 1 of one head in either order.
+    let cases = in_both_run_orders(cases);
     // 128-row Q blocks: pairs where the runs of min(16, m_blocks) are whole and even.
     run_pairs("oracle_flagship_causal_pairs", &cases, 20, |c| {
         let m = c.sq.div_ceil(128);
