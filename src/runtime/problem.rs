@@ -107,9 +107,9 @@ pub struct Problem {
     /// and the grid allow; `Some(false)`: never. For tuning and tests.
     pub split_tail: Option<bool>,
     /// Deal the sm90 flagship's causal runs Q block major (`Selection::m_major_runs`). `None`:
-    /// fa4gen's default ([`M_MAJOR_RUNS_MIN_KEYS`](crate::select::M_MAJOR_RUNS_MIN_KEYS)+
-    /// keys); `Some(true)`: wherever the kernel runs causal runs; `Some(false)`: never. For
-    /// tuning and tests.
+    /// fa4gen's default (from [`M_MAJOR_RUNS_MIN_KEYS`](crate::select::M_MAJOR_RUNS_MIN_KEYS)
+    /// keys where one run of every (head, batch) fits in a round of the grid); `Some(true)`:
+    /// wherever the kernel runs causal runs; `Some(false)`: never. For tuning and tests.
     pub m_major_runs: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
