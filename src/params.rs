@@ -80,11 +80,14 @@ pub struct FwdParams {
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.
 unsafe impl cudarc::driver::DeviceRepr for FwdParams {}
 
-/// (size, offset of `group`, offset of `scale_log2`): what the templates assert against.
-pub const fn layout() -> (usize, usize, usize) {
+/// (size, offset of `group`, offset of `scale_log2`, offset of the last field
+/// `m_major_runs`): what the templates assert against (`FwdParamsMatch` in
+/// fwd_params.cuh).
+pub const fn layout() -> (usize, usize, usize, usize) {
     (
         std::mem::size_of::<FwdParams>(),
         std::mem::offset_of!(FwdParams, group),
         std::mem::offset_of!(FwdParams, scale_log2),
+        std::mem::offset_of!(FwdParams, m_major_runs),
     )
 }

@@ -122,9 +122,8 @@ struct PortableFwd<'a> {
     mask_kind: &'static str,
     /// K blocks laid from the CTA's first visible key (`KernelSpec::window_blocks`).
     window_blocks: bool,
-    params_size: usize,
-    params_group_offset: usize,
-    params_scale_offset: usize,
+    /// `params::layout()`: FwdParams' size and the offsets the kernel checks.
+    params: (usize, usize, usize, usize),
 }
 
 /// The Hopper flagship (`Impl::Wgmma`).
@@ -153,7 +152,8 @@ struct WgmmaFwd<'a> {
     max_slack: u32,
     stale_max: bool,
     split_tail: bool,
-    params_size: usize,
+    /// `params::layout()`: FwdParams' size and the offsets the kernel checks.
+    params: (usize, usize, usize, usize),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +171,7 @@ pub enum RenderError {
 /// The CUDA C++ source of a spec. Fails only if the spec cannot be implemented.
 pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
     spec.can_implement()?;
-    let (params_size, params_group_offset, params_scale_offset) = params::layout();
+    let params = params::layout();
     let elem_tag = match spec.dtype {
         DType::Bf16 => "Bf16",
         DType::Fp16 => "Fp16",
@@ -190,9 +190,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
             elem_tag,
             mask_kind,
             window_blocks: spec.window_blocks(),
-            params_size,
-            params_group_offset,
-            params_scale_offset,
+            params,
         }
         .render(),
         Impl::Wgmma => {
@@ -220,7 +218,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 max_slack: spec.wgmma_max_slack(),
                 stale_max: spec.wgmma_stale_max(),
                 split_tail: spec.wgmma_split_tail(),
-                params_size,
+                params,
             }
             .render()
         }

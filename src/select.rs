@@ -470,8 +470,9 @@ pub fn select_with(
                     )
             }
         };
+    // (The portable kernel has no runs: `wgmma_q_run` reads only the mask and packing.)
     let m_major_runs = match spec.wgmma_q_run() {
-        Some(run) if run > 0 => p.m_major_runs.unwrap_or(
+        Some(run) if run > 0 && spec.imp == crate::spec::Impl::Wgmma => p.m_major_runs.unwrap_or(
             p.seqlen_k >= M_MAJOR_RUNS_MIN_KEYS
                 && heads * p.batch * (run as usize).min(m_blocks) <= grid.0 as usize,
         ),
@@ -1279,6 +1280,19 @@ mod tests {
             sel(&p, &H200).m_major_runs
         };
         assert!(at(1, 16384, 8), "d 256 16k, the measured gain");
+        // The portable kernel (here: no flagship on sm_100) has no runs to order.
+        let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 1, 1, 128, 128);
+        p.causal = true;
+        p.m_major_runs = Some(true);
+        let s = sel(
+            &p,
+            &DeviceInfo {
+                major: 10,
+                minor: 0,
+                ..H200
+            },
+        );
+        assert!(s.spec.imp == Impl::Portable && !s.m_major_runs, "{s:?}");
         assert!(!at(2, 8192, 8) && !at(4, 4096, 8) && !at(1, 4096, 8) && !at(1, 16384, 16));
     }
 }

@@ -63,13 +63,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 256 && kSmemBytes == 55296, "layout differs from KernelSpec::geometry");
-static_assert(sizeof(FwdParams) == 312, "FwdParams differs from its Rust twin");
-#if defined(__has_builtin)
-#if __has_builtin(__builtin_offsetof)  // NVRTC 13.5 has it, 13.0 does not
-static_assert(__builtin_offsetof(FwdParams, group) == 268 &&
-              __builtin_offsetof(FwdParams, scale_log2) == 300, "FwdParams differs from its Rust twin");
-#endif
-#endif
+static_assert(FwdParamsMatch<312, 268, 300, 308>::value, "FwdParams differs from its Rust twin");
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load

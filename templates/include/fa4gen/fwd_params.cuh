@@ -1,6 +1,7 @@
 // fa4gen/fwd_params.cuh: the forward kernels' one argument, passed by value as a
 // __grid_constant__. Its Rust twin is `runtime::params::FwdParams` (#[repr(C)]); every generated
-// kernel static_asserts the size and two offsets the Rust side computed, so the two cannot drift.
+// kernel static_asserts the size and offsets the Rust side computed (`FwdParamsMatch`), so the
+// two cannot drift.
 #pragma once
 #include "fa4gen/prelude.cuh"
 
@@ -41,6 +42,23 @@ struct FwdParams {
   float scale_log2;               // exp2 multiplier of a score: scale*log2(e), or softcap*log2(e)
   float softcap_scale;            // softcap: scale / softcap; the score is tanh(qk * softcap_scale)
   int m_major_runs;               // causal runs dealt Q block major, (head, batch) fastest (Tiles::at)
+};
+
+// Whether FwdParams has its Rust twin's layout (`params::layout()`, rendered into each kernel):
+// the size, two offsets and the last field's offset (the size alone misses a field added in
+// the struct's tail padding). NVRTC 13.0 (the GPU host's jit) has no __builtin_offsetof: there
+// only the size is checked.
+template <int kSize, int kGroup, int kScale, int kLast>
+struct FwdParamsMatch {
+  static constexpr bool value = sizeof(FwdParams) == kSize
+#if defined(__has_builtin)
+#if __has_builtin(__builtin_offsetof)
+                                && __builtin_offsetof(FwdParams, group) == kGroup &&
+                                __builtin_offsetof(FwdParams, scale_log2) == kScale &&
+                                __builtin_offsetof(FwdParams, m_major_runs) == kLast
+#endif
+#endif
+      ;
 };
 
 }  // namespace fa4
