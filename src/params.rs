@@ -80,14 +80,22 @@ pub struct FwdParams {
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.
 unsafe impl cudarc::driver::DeviceRepr for FwdParams {}
 
-/// (size, offset of `group`, offset of `scale_log2`, offset of the last field
-/// `m_major_runs`): what the templates assert against (`FwdParamsMatch` in
-/// fwd_params.cuh).
-pub const fn layout() -> (usize, usize, usize, usize) {
-    (
-        std::mem::size_of::<FwdParams>(),
-        std::mem::offset_of!(FwdParams, group),
-        std::mem::offset_of!(FwdParams, scale_log2),
-        std::mem::offset_of!(FwdParams, m_major_runs),
-    )
+/// What the templates assert `FwdParams` against (`FwdParamsMatch` in fwd_params.cuh).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub size: usize,
+    /// Offsets of `group`, `scale_log2` and the last field, `m_major_runs` (the size alone
+    /// misses a field added in the struct's tail padding).
+    pub group: usize,
+    pub scale_log2: usize,
+    pub last: usize,
+}
+
+pub const fn layout() -> Layout {
+    Layout {
+        size: std::mem::size_of::<FwdParams>(),
+        group: std::mem::offset_of!(FwdParams, group),
+        scale_log2: std::mem::offset_of!(FwdParams, scale_log2),
+        last: std::mem::offset_of!(FwdParams, m_major_runs),
+    }
 }

@@ -123,7 +123,7 @@ struct PortableFwd<'a> {
     /// K blocks laid from the CTA's first visible key (`KernelSpec::window_blocks`).
     window_blocks: bool,
     /// `params::layout()`: FwdParams' size and the offsets the kernel checks.
-    params: (usize, usize, usize, usize),
+    params: params::Layout,
 }
 
 /// The Hopper flagship (`Impl::Wgmma`).
@@ -153,7 +153,7 @@ struct WgmmaFwd<'a> {
     stale_max: bool,
     split_tail: bool,
     /// `params::layout()`: FwdParams' size and the offsets the kernel checks.
-    params: (usize, usize, usize, usize),
+    params: params::Layout,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -138,7 +138,7 @@ static_assert(kThreads == {{ geo.threads }} && kSmemBytes == {{ geo.smem_bytes }
 static_assert(kD % 16 == 0 && kDvPad == {{ geo.dv_pad }} && kTileN % 16 == 0, "tiles the wgmma layouts cannot hold");
 constexpr int kCtasPerSm = {{ ctas_per_sm }};  // 2: one consumer's CTAs take turns at the tensor cores
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 / kCtasPerSm, "register pool overcommitted");
-static_assert(FwdParamsMatch<{{ params.0 }}, {{ params.1 }}, {{ params.2 }}, {{ params.3 }}>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<{{ params.size }}, {{ params.group }}, {{ params.scale_log2 }}, {{ params.last }}>::value, "FwdParams differs from its Rust twin");
 
 // The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
 // packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages — or, with
