@@ -293,6 +293,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         p.split_tail = std::env::var("FA4GEN_SPLIT_TAIL").ok().map(|v| v == "1");
         // FA4GEN_M_MAJOR=0/1 forces Problem::m_major_runs off/on (A/B of the causal order).
         p.m_major_runs = std::env::var("FA4GEN_M_MAJOR").ok().map(|v| v == "1");
+        // FA4GEN_LPT=0/1 forces Problem::lpt_rounds off/on (the host's causal order).
+        p.lpt_rounds = std::env::var("FA4GEN_LPT").ok().map(|v| v == "1");
         let why = match fa.plan(&p) {
             Err(e) => Some(e.to_string()),
             Ok((_, sel)) if !fa.can_load(&sel.spec) => Some(format!("{} is not built", sel.spec)),

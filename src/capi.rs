@@ -210,6 +210,7 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
         cta_pairs: None,
         split_tail: None,
         m_major_runs: None,
+        lpt_rounds: None,
         tile_mn: match (c.tile_m, c.tile_n) {
             (0, 0) => None,
             (m, n) if m > 0 && n > 0 => Some((m as u32, n as u32)),

@@ -21,4 +21,5 @@ pub use spec::{DType, Impl, KernelSpec, Mask, Unsupported};
 pub mod capi;
 pub mod reference;
 pub mod runtime;
+pub mod schedule;
 pub mod select;

@@ -30,6 +30,10 @@ pub struct FwdParams {
     /// split tail (`KernelSpec::wgmma_split_tail`): `int32` arrival counters, one per
     /// (tail tile, consumer warpgroup), zero at launch; `o_partial` then holds the parts.
     pub tail_counters: u64,
+    /// The wgmma kernel's causal runs (`KernelSpec::wgmma_q_run` > 0): `int32 (units)`, the
+    /// schedule unit (tile, or a pair's two) the snake's i-th place takes, head-major order
+    /// (`select::lpt_rounds`); 0: the snake takes unit i.
+    pub unit_order: u64,
 
     pub q_batch_stride: i64,
     pub q_row_stride: i64,

@@ -57,6 +57,13 @@ pub struct Selection {
     /// ([`M_MAJOR_RUNS_MIN_KEYS`]: long calls whose run of every (head, batch) fits in a
     /// round of the grid).
     pub m_major_runs: bool,
+    /// Deal the wgmma kernel's causal runs (dense calls) by the host's round-by-round order
+    /// (`schedule::lpt_order`, passed as `FwdParams::unit_order`): each round's units keep
+    /// their head-major set, heaviest first to the CTAs of least work so far. By default
+    /// from [`LPT_ROUNDS_MIN_KEYS`] keys over more than one round, and then the runtime
+    /// passes the order only where it evens the modelled work enough
+    /// (`schedule::plan`); never with `m_major_runs`.
+    pub lpt_rounds: bool,
     /// The wgmma kernel's schedule: (Q block, head, batch) tiles.
     pub tiles: usize,
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
@@ -76,6 +83,13 @@ pub struct Selection {
 /// calls (session 13, sustained, alone -> pairs): 1k d 128 447 -> 430, d 256 466 -> 460; 4k
 /// d 128 587 -> 590, d 192/128 608 -> 620, d 256 623 -> 635; 16k +2.3-4.3%: the same rule.
 pub const PAIRS_MIN_KEYS: usize = 4096;
+
+/// Keys from which dense causal calls are dealt by the host's order by default
+/// (`Selection::lpt_rounds`; the runtime then checks `schedule::plan`'s modelled gain).
+/// Shorter calls' tiles are a few K blocks, and the order's table read at each tile's start
+/// cost them more than the balance gave: H200, causal, sustained, three rounds, snake ->
+/// order: d 128 1k 421.4 -> 417.1 (-1.0%), d 64 1k 319.6 -> 314.0 (-1.8%).
+pub const LPT_ROUNDS_MIN_KEYS: usize = 4096;
 
 /// Keys from which causal runs are dealt Q block major by default (`Problem::m_major_runs`),
 /// where one run of every (head, batch) fits in a round of the grid (heads x batch x run <=
@@ -478,6 +492,12 @@ pub fn select_with(
         ),
         _ => false,
     };
+    let lpt_rounds = !m_major_runs
+        && spec.imp == crate::spec::Impl::Wgmma
+        && p.varlen.is_none()
+        && matches!(spec.wgmma_q_run(), Some(run) if run > 0)
+        && p.lpt_rounds
+            .unwrap_or(p.seqlen_k >= LPT_ROUNDS_MIN_KEYS && tiles / pair > grid.0 as usize / pair);
     Ok(Selection {
         spec,
         grid,
@@ -485,6 +505,7 @@ pub fn select_with(
         pairs,
         split_tail,
         m_major_runs,
+        lpt_rounds,
         tiles,
         decode_tile: decode && class.decode(rows, decode_keys) == Some(spec),
     })
@@ -1294,5 +1315,53 @@ mod tests {
         );
         assert!(s.spec.imp == Impl::Portable && !s.m_major_runs, "{s:?}");
         assert!(!at(2, 8192, 8) && !at(4, 4096, 8) && !at(1, 4096, 8) && !at(1, 16384, 16));
+    }
+
+    /// The host's order of causal runs (`Selection::lpt_rounds`): dense causal calls of more
+    /// than one round whose runs are not dealt Q block major; never unmasked, packed, varlen
+    /// or beside Q block major runs; `Problem::lpt_rounds` forces it either way.
+    #[test]
+    fn lpt_rounds_on_dense_causal_runs() {
+        for d in [64, 128, 192, 256] {
+            let dv = if d == 192 { 128 } else { d };
+            let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 16, 16, d, dv);
+            p.causal = true;
+            let s = sel(&p, &H200);
+            assert!(s.lpt_rounds && !s.m_major_runs, "d {d}: {s:?}");
+            p.lpt_rounds = Some(false);
+            assert!(!sel(&p, &H200).lpt_rounds, "d {d}");
+            p.lpt_rounds = Some(true);
+            p.m_major_runs = Some(true);
+            let s = sel(&p, &H200);
+            assert!(
+                s.m_major_runs && !s.lpt_rounds,
+                "d {d}: one order at a time"
+            );
+            p.m_major_runs = None;
+            p.causal = false;
+            assert!(
+                !sel(&p, &H200).lpt_rounds,
+                "d {d}: unmasked calls have no runs"
+            );
+            p.causal = true;
+            p.varlen = Some(Varlen {
+                total_q: Some(16384),
+                total_k: Some(16384),
+                ..Varlen::default()
+            });
+            assert!(
+                !sel(&p, &H200).lpt_rounds,
+                "d {d}: varlen costs are on the device"
+            );
+            // One round: the snake alone is as even.
+            let mut p = Problem::new(DType::Bf16, 1, 2048, 2048, 4, 4, d, dv);
+            p.causal = true;
+            assert!(!sel(&p, &H200).lpt_rounds, "d {d}: one round");
+        }
+        // d 256 16k, 8 heads: its runs go Q block major.
+        let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 8, 8, 256, 256);
+        p.causal = true;
+        let s = sel(&p, &H200);
+        assert!(s.m_major_runs && !s.lpt_rounds, "{s:?}");
     }
 }

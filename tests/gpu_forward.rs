@@ -93,12 +93,14 @@ struct Case {
     split_tail: Option<bool>,
     /// `Problem::m_major_runs` (`None`: selection's default).
     m_major: Option<bool>,
+    /// `Problem::lpt_rounds` (`None`: selection's default).
+    lpt: Option<bool>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?} m_major={:?}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?} m_major={:?} lpt={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -116,7 +118,8 @@ impl Case {
             self.pairs,
             self.late_keys,
             self.split_tail,
-            self.m_major
+            self.m_major,
+            self.lpt
         )
     }
 }
@@ -132,6 +135,8 @@ struct Outcome {
     split_tail: bool,
     /// Selection dealt the causal runs Q block major (`Selection::m_major_runs`).
     m_major: bool,
+    /// Selection dealt the causal runs by the host's order (`Selection::lpt_rounds`).
+    lpt: bool,
 }
 
 fn randn(rng: &mut StdRng, dtype: DType, n: usize) -> Vec<f32> {
@@ -178,6 +183,7 @@ fn problem(c: &Case) -> Problem {
     p.cta_pairs = c.pairs;
     p.split_tail = c.split_tail;
     p.m_major_runs = c.m_major;
+    p.lpt_rounds = c.lpt;
     p
 }
 
@@ -222,14 +228,15 @@ fn run_case(
     let o_len = (b * sq * o_row).max(1);
     let lse_len = (b * h * sq).max(1);
 
-    let (kernel, paired, split_tail, m_major) = match fa.plan(&p) {
+    let (kernel, paired, split_tail, m_major, lpt) = match fa.plan(&p) {
         Ok((_, sel)) => (
             sel.spec.imp.name(),
             sel.pairs,
             sel.split_tail,
             sel.m_major_runs,
+            sel.lpt_rounds,
         ),
-        Err(_) => ("", false, false, false),
+        Err(_) => ("", false, false, false, false),
     };
     let mut results = Vec::new();
     for _ in 0..REPEATS {
@@ -266,6 +273,7 @@ fn run_case(
             paired,
             split_tail,
             m_major,
+            lpt,
         });
     }
     let rp = RefProblem {
@@ -323,6 +331,7 @@ fn run_case(
         paired,
         split_tail,
         m_major,
+        lpt,
     })
 }
 
@@ -358,6 +367,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
     let mut paired = 0;
     let mut split = 0;
     let mut m_major = 0;
+    let mut lpt = 0;
     let t = std::time::Instant::now();
     for c in cases {
         match run_case(&stream, &fa, c, &mut rng) {
@@ -368,6 +378,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
                 paired += usize::from(o.paired);
                 split += usize::from(o.split_tail);
                 m_major += usize::from(o.m_major);
+                lpt += usize::from(o.lpt);
                 if let Some(w) = want
                     && !o.kernel.is_empty()
                     && o.kernel != w
@@ -379,7 +390,7 @@ fn run_all_with(label: &str, cases: &[Case], want: Option<&str>, setup: Setup) -
         }
     }
     println!(
-        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?} ({paired} in CTA pairs, {split} with split tails, {m_major} with Q-block-major runs); {:.1} s",
+        "{label}: {} passed, {} failed; worst err/bound {worst:.3}, worst LSE rel err {worst_lse:.2e}; kernels {kernels:?} ({paired} in CTA pairs, {split} with split tails, {m_major} with Q-block-major runs, {lpt} in the host's order); {:.1} s",
         cases.len() - failures.len(),
         failures.len(),
         t.elapsed().as_secs_f64()
@@ -452,6 +463,7 @@ fn oracle_matrix() {
                             late_keys: None,
                             split_tail: None,
                             m_major: None,
+                            lpt: None,
                         });
                     }
                     combo += 1;
@@ -502,6 +514,7 @@ fn oracle_flagship() {
                             late_keys: None,
                             split_tail: None,
                             m_major: None,
+                            lpt: None,
                         });
                     }
                 }
@@ -580,6 +593,7 @@ fn oracle_flagship_tiles() {
                     late_keys: None,
                     split_tail: None,
                     m_major: None,
+                    lpt: None,
                 });
             }
         }
@@ -593,14 +607,16 @@ fn oracle_flagship_tiles() {
     );
 }
 
-/// Each case twice: its causal runs dealt head major and Q block major
-/// (`Problem::m_major_runs` forced off, then on).
-fn in_both_run_orders(cases: Vec<Case>) -> Vec<Case> {
-    [false, true]
+/// Each case three times: its causal runs dealt head major by the plain snake, Q block
+/// major (`Problem::m_major_runs`), and head major in the host's order
+/// (`Problem::lpt_rounds`).
+fn in_every_run_order(cases: Vec<Case>) -> Vec<Case> {
+    [(false, false), (true, false), (false, true)]
         .into_iter()
-        .flat_map(|on| {
+        .flat_map(|(m_major, lpt)| {
             cases.iter().map(move |c| Case {
-                m_major: Some(on),
+                m_major: Some(m_major),
+                lpt: Some(lpt),
                 ..c.clone()
             })
         })
@@ -610,8 +626,8 @@ fn in_both_run_orders(cases: Vec<Case>) -> Vec<Case> {
 /// The flagship's causal schedule in runs of 16 Q blocks of one (head, batch)
 /// (`KernelSpec::wgmma_q_run`) needs 16 blocks or more to form a run: sequences of 17-24
 /// blocks (one run and a ragged rest), 32+ (two runs), Sq != Sk both ways, odd head counts,
-/// GQA unpacked, on every head dim; each case twice, the runs dealt head major and Q block
-/// major (`Problem::m_major_runs`). A tile the decode skipped or dealt twice leaves poisoned
+/// GQA unpacked, on every head dim; each case in every order of the runs
+/// (`in_every_run_order`). A tile the decode skipped or dealt twice leaves poisoned
 /// rows or races; each case runs REPEATS times and is bit-compared.
 #[test]
 fn oracle_flagship_causal_runs() {
@@ -642,10 +658,11 @@ fn oracle_flagship_causal_runs() {
                 late_keys: None,
                 split_tail: None,
                 m_major: None,
+                lpt: None,
             });
         }
     }
-    let cases = in_both_run_orders(cases);
+    let cases = in_every_run_order(cases);
     let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
     run_all_on(
         "oracle_flagship_causal_runs",
@@ -700,6 +717,7 @@ fn oracle_flagship_pairs() {
                 late_keys: None,
                 split_tail: None,
                 m_major: None,
+                lpt: None,
             });
         }
     }
@@ -730,8 +748,8 @@ fn run_pairs(label: &str, cases: &[Case], min_paired: usize, pairable: impl Fn(&
 /// releases its extra blocks unread. Runs whole and even pair (m_blocks even, and under 16 or a
 /// multiple of 16), others run alone; Sq != Sk both ways (Sq > Sk: the lighter partner may see
 /// no key at all while the heavier one does), K shorter than one block, GQA unpacked, 80- and
-/// 160-key tiles (the partners' diagonals one or two blocks apart), each case in both orders
-/// of a run's tiles (`Problem::m_major_runs`). A released stage the partner still reads, or
+/// 160-key tiles (the partners' diagonals one or two blocks apart), each case in every order
+/// of a run's tiles (`in_every_run_order`). A released stage the partner still reads, or
 /// rings out of step, shows as a wrong, moving or hung result.
 #[test]
 fn oracle_flagship_causal_pairs() {
@@ -782,11 +800,12 @@ fn oracle_flagship_causal_pairs() {
                 late_keys: None,
                 split_tail: None,
                 m_major: None,
+                lpt: None,
             });
         }
     }
     // A pair's two tiles must stay Q blocks 2k and 2k + 1 of one head in either order.
-    let cases = in_both_run_orders(cases);
+    let cases = in_every_run_order(cases);
     // 128-row Q blocks: pairs where the runs of min(16, m_blocks) are whole and even.
     run_pairs("oracle_flagship_causal_pairs", &cases, 20, |c| {
         let m = c.sq.div_ceil(128);
@@ -849,6 +868,7 @@ fn oracle_flagship_split_tail() {
             late_keys: None,
             split_tail: Some(true),
             m_major: None,
+            lpt: None,
         });
     }
     // The same shapes with the tail whole: the control.
@@ -857,6 +877,7 @@ fn oracle_flagship_split_tail() {
         .map(|c| Case {
             split_tail: Some(false),
             m_major: None,
+            lpt: None,
             ..c.clone()
         })
         .collect();
@@ -928,6 +949,7 @@ fn late_max_cases() -> Vec<Case> {
                             late_keys: Some((first, n, factor)),
                             split_tail: None,
                             m_major: None,
+                            lpt: None,
                         });
                     }
                 }
@@ -1012,6 +1034,7 @@ fn oracle_edges() {
         late_keys: None,
         split_tail: None,
         m_major: None,
+        lpt: None,
     };
     let cases = vec![
         Case {

@@ -63,7 +63,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 256 && kSmemBytes == 133120, "layout differs from KernelSpec::geometry");
-static_assert(FwdParamsMatch<312, 268, 300, 308>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<320, 276, 308, 316>::value, "FwdParams differs from its Rust twin");
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load

@@ -131,7 +131,7 @@ static_assert(kThreads == 384 && kSmemBytes == 230496, "layout differs from Kern
 static_assert(kD % 16 == 0 && kDvPad == 128 && kTileN % 16 == 0, "tiles the wgmma layouts cannot hold");
 constexpr int kCtasPerSm = 1;  // 2: one consumer's CTAs take turns at the tensor cores
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 / kCtasPerSm, "register pool overcommitted");
-static_assert(FwdParamsMatch<312, 268, 300, 308>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<320, 276, 308, 316>::value, "FwdParams differs from its Rust twin");
 
 // The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
 // packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages — or, with
@@ -245,6 +245,9 @@ struct Tiles {
   int pair;                           // CTAs in this CTA's cluster: 2 (launched in pairs) or 1
   static constexpr int kRun = 16;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
+  // Dense causal runs: the host may deal their units by a table (p.unit_order; varlen
+  // costs are on the device, so never there, and the read is not compiled in).
+  static constexpr bool kUnitOrder = kRun > 0 && !kVarlen;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group, the run.
   FastDivmod by_fast, by_heads, by_group, by_run;
@@ -257,7 +260,7 @@ struct Tiles {
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
-        m_major(kRun > 0 && p.m_major_runs != 0),
+        m_major(kRun > 0 && p.m_major_runs != 0 && !(kUnitOrder && p.unit_order != nullptr)),
         pair((int)cluster_size()),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
@@ -288,6 +291,13 @@ struct Tiles {
   FA4_DEVICE Tile at(Pick pick, const FwdParams& p) const {
     Tile w;
     int tile = pick.tile;
+    // A host-dealt order (p.unit_order, select::lpt_rounds: each round's units, heaviest first,
+    // to the places of least work so far) permutes the schedule's units; each keeps its
+    // head-major decode below, a pair's two tiles together.
+    if (kUnitOrder && p.unit_order != nullptr) {
+      const int shift = pair - 1;  // pair: 1 or 2
+      tile = (__ldg(p.unit_order + (tile >> shift)) << shift) | (tile & shift);
+    }
     // Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q blocks
     // first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest (tile
     // = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest

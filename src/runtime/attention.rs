@@ -6,6 +6,7 @@ use super::error::{DriverCall, Error};
 use super::library::KernelLibrary;
 use super::problem::{Problem, Validated};
 use crate::params::FwdParams;
+use crate::schedule::{self, CausalRuns};
 use crate::select::{self, DeviceInfo, Selection};
 use crate::spec::{Impl, KernelSpec};
 use cudarc::driver::{
@@ -51,6 +52,21 @@ struct Loaded {
     max_pairs: u32,
 }
 
+/// Unit orders a handle keeps (`FlashAttention::unit_order_for`): one per causal shape and
+/// grid; past this many, new shapes run the plain snake rather than grow device memory
+/// without bound (an engine's prefill lengths vary per call).
+const MAX_ORDERS: usize = 256;
+
+/// Whether `stream` is being captured into a graph (no allocations or copies then).
+fn stream_is_capturing(stream: sys::CUstream) -> Result<bool, Error> {
+    let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: queries the capture state of the caller's stream.
+    unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
+        .result()
+        .call("cuStreamIsCapturing")?;
+    Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+}
+
 /// Threads of the combine kernel (`kCombineThreads`): one CTA per (query, head) row.
 const COMBINE_THREADS: u32 = 128;
 
@@ -80,6 +96,10 @@ pub struct FlashAttention {
     device: DeviceInfo,
     cache: Mutex<HashMap<KernelSpec, Arc<Loaded>>>,
     workspaces: Mutex<HashMap<usize, Workspace>>,
+    /// Causal runs' unit orders (`Selection::lpt_rounds`) per schedule, slots and whether
+    /// forced: written once before their first launch, read-only after; `None` where
+    /// `schedule::plan` found the plain snake as even.
+    orders: Mutex<HashMap<(CausalRuns, usize, bool), Option<u64>>>,
     #[cfg(feature = "jit")]
     jit: Option<super::jit::Jit>,
 }
@@ -87,12 +107,17 @@ pub struct FlashAttention {
 impl Drop for FlashAttention {
     fn drop(&mut self) {
         let ws = self.workspaces.get_mut().unwrap_or_else(|p| p.into_inner());
-        if ws.is_empty() || self.ctx.bind_to_thread().is_err() {
+        let orders = self.orders.get_mut().unwrap_or_else(|p| p.into_inner());
+        if (ws.is_empty() && orders.is_empty()) || self.ctx.bind_to_thread().is_err() {
             return;
         }
-        for (_, w) in ws.drain() {
+        let ptrs = ws
+            .drain()
+            .map(|(_, w)| w.ptr)
+            .chain(orders.drain().filter_map(|(_, p)| p));
+        for ptr in ptrs {
             // SAFETY: allocated by cuMemAlloc in this context; cuMemFree waits for its users.
-            let _ = unsafe { cudarc::driver::result::free_sync(w.ptr) };
+            let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
         }
     }
 }
@@ -151,6 +176,7 @@ impl FlashAttention {
             device,
             cache: Mutex::new(HashMap::new()),
             workspaces: Mutex::new(HashMap::new()),
+            orders: Mutex::new(HashMap::new()),
             #[cfg(feature = "jit")]
             jit: None,
         })
@@ -337,12 +363,7 @@ impl FlashAttention {
         {
             return Ok(Some(w.ptr));
         }
-        let mut status = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: queries the capture state of the caller's stream.
-        unsafe { sys::cuStreamIsCapturing(stream, &mut status) }
-            .result()
-            .call("cuStreamIsCapturing")?;
-        if status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        if stream_is_capturing(stream)? {
             return Ok(None);
         }
         // The first workspace as asked (whole MiB); one that grows at least doubles, so slowly
@@ -362,6 +383,43 @@ impl FlashAttention {
         // SAFETY: the context is current (bound by the caller).
         let ptr = unsafe { cudarc::driver::result::malloc_sync(bytes) }.call("cuMemAlloc")?;
         ws.insert(key, Workspace { ptr, bytes });
+        Ok(Some(ptr))
+    }
+
+    /// The device copy of `runs`' unit order over `slots` (`schedule::plan`, `force`d or
+    /// where it pays); `None` where it does not pay, while the stream is being captured and
+    /// it does not exist yet (an allocation and copy would break the capture), or once the
+    /// handle holds `MAX_ORDERS`: the kernel then deals by the plain snake.
+    fn unit_order_for(
+        &self,
+        stream: sys::CUstream,
+        runs: CausalRuns,
+        slots: usize,
+        force: bool,
+    ) -> Result<Option<u64>, Error> {
+        let key = (runs, slots, force);
+        let mut orders = self.orders.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&ptr) = orders.get(&key) {
+            return Ok(ptr);
+        }
+        if orders.len() >= MAX_ORDERS || stream_is_capturing(stream)? {
+            return Ok(None);
+        }
+        let Some(order) = schedule::plan(&runs, slots, force) else {
+            orders.insert(key, None);
+            return Ok(None);
+        };
+        // SAFETY: the context is current (bound by the caller); the copy is synchronous, so
+        // the order is in place before any launch reads it.
+        let ptr = unsafe {
+            let ptr = cudarc::driver::result::malloc_sync(order.len() * 4).call("cuMemAlloc")?;
+            if let Err(e) = cudarc::driver::result::memcpy_htod_sync(ptr, &order) {
+                let _ = cudarc::driver::result::free_sync(ptr);
+                return Err(e).call("cuMemcpyHtoD");
+            }
+            ptr
+        };
+        orders.insert(key, Some(ptr));
         Ok(Some(ptr))
     }
 
@@ -469,6 +527,21 @@ impl FlashAttention {
             }
         }
         params.m_major_runs = i32::from(sel.m_major_runs);
+        if sel.lpt_rounds {
+            let runs = CausalRuns {
+                seqlen_q: problem.seqlen_q,
+                seqlen_k: problem.seqlen_k,
+                tile_m: sel.spec.block_m() as usize,
+                tile_n: sel.spec.tile_n as usize,
+                run: sel.spec.wgmma_q_run().unwrap_or(1).max(1) as usize,
+                heads_batch: problem.heads * problem.batch,
+                pair,
+            };
+            let (slots, force) = (grid.0 as usize / pair, problem.lpt_rounds == Some(true));
+            if let Some(ptr) = self.unit_order_for(stream, runs, slots, force)? {
+                params.unit_order = ptr;
+            }
+        }
         // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
         let maps = match sel.spec.imp {
             Impl::Wgmma => Some(super::tma::maps(

@@ -111,6 +111,14 @@ pub struct Problem {
     /// keys where one run of every (head, batch) fits in a round of the grid); `Some(true)`:
     /// wherever the kernel runs causal runs; `Some(false)`: never. For tuning and tests.
     pub m_major_runs: Option<bool>,
+    /// Deal the sm90 flagship's causal runs by a host-planned order, each round's units
+    /// heaviest first to the CTAs of least work (`Selection::lpt_rounds`). `None`: fa4gen's
+    /// default (dense causal calls of more than one round from
+    /// [`LPT_ROUNDS_MIN_KEYS`](crate::select::LPT_ROUNDS_MIN_KEYS) keys, where the runs are
+    /// not dealt Q block major and the order evens the modelled work,
+    /// `schedule::plan`); `Some(true)`: wherever the kernel runs dense causal runs (not with
+    /// Q block major runs); `Some(false)`: never. For tuning and tests.
+    pub lpt_rounds: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
     pub v_strides: Strides,
@@ -159,6 +167,7 @@ impl Problem {
             cta_pairs: None,
             split_tail: None,
             m_major_runs: None,
+            lpt_rounds: None,
             q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),
