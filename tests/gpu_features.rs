@@ -1691,8 +1691,12 @@ fn combine_alone() {
 /// Calls captured into a CUDA graph on a stream the handle holds no workspace for yet (an
 /// allocation would break the capture): split-KV refuses with a typed error that names the
 /// capture, and, once an eager call has made the workspace, its captured graph replays the
-/// eager result bit for bit; the split tail runs without one, its graph replaying the
-/// whole-tile result bit for bit. (Each stream gets its own copy of the inputs.)
+/// eager result bit for bit; a causal call whose host order (`Selection::lpt_rounds`) the
+/// handle has not made yet runs the plain snake under capture, and once an eager call has made
+/// it, a captured call uses it: both graphs replay the eager result bit for bit (each tile's
+/// arithmetic does not depend on the CTA that runs it); the split tail runs without one, its
+/// graph replaying the whole-tile result bit for bit. (Each stream gets its own copy of the
+/// inputs.)
 #[test]
 fn workspace_under_capture() {
     let Some((ctx, stream0, fa)) = setup() else {
@@ -1767,6 +1771,50 @@ fn workspace_under_capture() {
     graph.launch().expect("graph launch");
     assert_eq!(down(&s, &o2), eager, "split-KV replayed from a graph");
     println!("workspace_under_capture: split-KV refused under capture, then replayed bit for bit");
+
+    // The host's order of causal runs: none made under capture (the snake), then made eagerly.
+    let mut p = Problem::new(DType::Bf16, 1, 8192, 8192, 16, 16, 128, 128);
+    p.causal = true;
+    let (_, sel) = fa.plan(&p).expect("plan");
+    if fa.device().major == 9 && sel.lpt_rounds {
+        let (x, on) = host_inputs(&p);
+        let s = ctx.new_stream().expect("stream");
+        let [q, k, v] = upload(&s, &x);
+        let mut snake = s.alloc_zeros::<u16>(on).expect("alloc");
+        s.synchronize().expect("sync");
+        s.begin_capture(mode).expect("begin capture");
+        fa.forward(&s, &p, &q, &k, &v, &mut snake, None)
+            .expect("captured causal call before its order exists");
+        let graph = s.end_capture(flags).expect("end capture").expect("a graph");
+        graph.launch().expect("graph launch");
+        let snake = down(&s, &snake);
+        let [q0, k0, v0] = upload(&stream0, &x);
+        let mut eager = stream0.alloc_zeros::<u16>(on).expect("alloc");
+        fa.forward(&stream0, &p, &q0, &k0, &v0, &mut eager, None)
+            .expect("eager causal call (makes the order)");
+        let eager = down(&stream0, &eager);
+        assert_eq!(snake, eager, "the snake's graph against the ordered call");
+        let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
+        s.synchronize().expect("sync");
+        s.begin_capture(mode).expect("begin capture");
+        fa.forward(&s, &p, &q, &k, &v, &mut o, None)
+            .expect("captured causal call with its order");
+        let graph = s.end_capture(flags).expect("end capture").expect("a graph");
+        graph.launch().expect("graph launch");
+        assert_eq!(
+            down(&s, &o),
+            eager,
+            "the ordered call replayed from a graph"
+        );
+        println!(
+            "workspace_under_capture: a causal call ran the snake under capture, then its host order, bit for bit"
+        );
+    } else {
+        println!(
+            "workspace_under_capture: no host order on this device ({}); that part skipped",
+            sel.spec
+        );
+    }
 
     // The split tail: on a fresh stream under capture it runs whole tiles.
     let p = Problem::new(DType::Bf16, 1, 16384, 16384, 16, 16, 128, 128);
