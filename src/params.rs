@@ -32,7 +32,7 @@ pub struct FwdParams {
     pub tail_counters: u64,
     /// The wgmma kernel's causal runs (`KernelSpec::wgmma_q_run` > 0): `int32 (units)`, the
     /// schedule unit (tile, or a pair's two) the snake's i-th place takes, head-major order
-    /// (`select::lpt_rounds`); 0: the snake takes unit i.
+    /// (`Selection::lpt_rounds`, `schedule::lpt_order`); 0: the snake takes unit i.
     pub unit_order: u64,
 
     pub q_batch_stride: i64,

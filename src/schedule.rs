@@ -7,7 +7,7 @@
 //! work per CTA 1.03 at the #4 cells, the same as a whole tile of quantisation. Dealing each
 //! round's units heaviest first to the CTAs with the least work so far (LPT, round by round)
 //! keeps every round's set of units, and so what the CTAs at work share in L2, and evens the
-//! work to 1.004-1.011 (`tests::lpt_balances_the_causal_cells`).
+//! work to 1.004-1.011 at 8k-16k keys, 1.011-1.023 at 4k (`tests::lpt_balances_the_causal_cells`).
 
 /// A dense causal call's schedule as `Tiles::at` decodes it head-major: runs of `run` Q
 /// blocks of one (head, batch), heaviest run first, a run's blocks fastest, then the
@@ -30,7 +30,7 @@ pub struct CausalRuns {
 const TILE_OVERHEAD_BLOCKS: u64 = 2;
 
 /// The least modelled gain (max / mean work per slot, plain snake over the order's) for which
-/// the order is used by default ([`plan`]). The H200 gave about a point less than the model
+/// the order is used by default ([`Plan::pays`]). The H200 gave about a point less than the model
 /// (sustained, three rounds, causal, B·S 16k, H·d 2048; snake -> order, TFLOP/s, modelled
 /// gain in brackets): d 128 4k 587.5 -> 595.3 (+1.3%; 2.0%), 8k 621.1 -> 634.8 (+2.2%;
 /// 2.4%), 16k 652.2 -> 658.9 (+1.0%; 2.7%); d 192/128 4k 617.2 -> 625.0 (+1.3%; 2.0%), 8k
@@ -105,11 +105,26 @@ pub fn balance(costs: &[u64], slots: usize, order: Option<&[i32]>) -> f64 {
     load.iter().copied().max().unwrap_or(0) as f64 / mean
 }
 
-/// The order the kernel gets for `runs` over `slots`: [`lpt_order`] where it evens the
-/// modelled work by [`MIN_MODELLED_GAIN`] or more (or always, `force`; never past
-/// [`MAX_UNITS`]), else `None`: the plain snake, as the order's table read costs each tile a
-/// dependent load.
-pub fn plan(runs: &CausalRuns, slots: usize, force: bool) -> Option<Vec<i32>> {
+/// A call's unit order ([`lpt_order`]) and what the model says it gains.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub order: Vec<i32>,
+    /// max / mean work per slot of the plain snake over the order's, minus 1.
+    pub gain: f64,
+}
+
+impl Plan {
+    /// Whether the order is used by default: it evens the modelled work by
+    /// [`MIN_MODELLED_GAIN`] or more (else the plain snake, as the order's table read costs
+    /// each tile a dependent load).
+    pub fn pays(&self) -> bool {
+        self.gain >= MIN_MODELLED_GAIN
+    }
+}
+
+/// The order for `runs` over `slots` and its modelled gain; `None` for no units, no slots or
+/// more than [`MAX_UNITS`] units.
+pub fn plan(runs: &CausalRuns, slots: usize) -> Option<Plan> {
     if runs.tiles() / runs.pair.max(1) > MAX_UNITS || slots == 0 {
         return None;
     }
@@ -119,7 +134,7 @@ pub fn plan(runs: &CausalRuns, slots: usize, force: bool) -> Option<Vec<i32>> {
     }
     let order = lpt_order(&costs, slots);
     let gain = balance(&costs, slots, None) / balance(&costs, slots, Some(&order)) - 1.0;
-    (force || gain >= MIN_MODELLED_GAIN).then_some(order)
+    Some(Plan { order, gain })
 }
 
 /// The unit each place of the snake takes (`FwdParams::unit_order`): slot `c` (a CTA, or a
@@ -217,12 +232,9 @@ mod tests {
             if s == 16384 {
                 assert!(lpt < 1.011, "d {d} S {s}: {snake} -> {lpt}");
             }
-            assert_eq!(
-                plan(&runs, slots, false).as_deref(),
-                planned.then_some(&order[..]),
-                "d {d} S {s}: {snake} -> {lpt}"
-            );
-            assert_eq!(plan(&runs, slots, true), Some(order), "d {d} S {s}: forced");
+            let p = plan(&runs, slots).expect("a plan");
+            assert_eq!(p.order, order, "d {d} S {s}");
+            assert_eq!(p.pays(), planned, "d {d} S {s}: {snake} -> {lpt}");
         }
         // gpu_features' workspace_under_capture: d 128 8k, B 1, H 16 gets an order.
         let capture = CausalRuns {
@@ -234,8 +246,8 @@ mod tests {
             heads_batch: 16,
             pair: 2,
         };
-        assert!(plan(&capture, 66, false).is_some());
-        // Past MAX_UNITS no table, forced or not (2M tiles).
+        assert!(plan(&capture, 66).is_some_and(|p| p.pays()));
+        // Past MAX_UNITS no plan (2M tiles).
         let huge = CausalRuns {
             seqlen_q: 1 << 20,
             seqlen_k: 1 << 20,
@@ -245,7 +257,7 @@ mod tests {
             heads_batch: 256,
             pair: 1,
         };
-        assert_eq!(plan(&huge, 132, true), None);
+        assert_eq!(plan(&huge, 132), None);
     }
 
     /// The head-major decode visits every (Q block, head) once, and the visited blocks

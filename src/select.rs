@@ -486,8 +486,10 @@ pub fn select_with(
         };
     // (The portable kernel has no runs: `wgmma_q_run` reads only the mask and packing.)
     let m_major_runs = match spec.wgmma_q_run() {
+        // (A forced host order takes the place of the default Q block major runs.)
         Some(run) if run > 0 && spec.imp == crate::spec::Impl::Wgmma => p.m_major_runs.unwrap_or(
-            p.seqlen_k >= M_MAJOR_RUNS_MIN_KEYS
+            p.lpt_rounds != Some(true)
+                && p.seqlen_k >= M_MAJOR_RUNS_MIN_KEYS
                 && heads * p.batch * (run as usize).min(m_blocks) <= grid.0 as usize,
         ),
         _ => false,
@@ -1353,15 +1355,29 @@ mod tests {
                 !sel(&p, &H200).lpt_rounds,
                 "d {d}: varlen costs are on the device"
             );
-            // One round: the snake alone is as even.
-            let mut p = Problem::new(DType::Bf16, 1, 2048, 2048, 4, 4, d, dv);
+            // Packed GQA's runs are a KV head's G Q blocks: no host order (nor at d 64,
+            // where the packed causal schedule has no runs).
+            let mut p = Problem::new(DType::Bf16, 1, 8192, 8192, 16, 2, d, dv);
+            p.causal = true;
+            p.pack_gqa = Some(true);
+            let s = sel(&p, &H200);
+            assert!(s.spec.pack_gqa && !s.lpt_rounds, "d {d}: {s:?}");
+            // One round at 4k keys (64 tiles on 132 SMs): the snake alone is as even.
+            let mut p = Problem::new(DType::Bf16, 1, 4096, 4096, 2, 2, d, dv);
             p.causal = true;
             assert!(!sel(&p, &H200).lpt_rounds, "d {d}: one round");
+            // Under 4k keys: tiles of a few K blocks.
+            let mut p = Problem::new(DType::Bf16, 16, 1024, 1024, 16, 16, d, dv);
+            p.causal = true;
+            assert!(!sel(&p, &H200).lpt_rounds, "d {d}: 1k keys");
         }
-        // d 256 16k, 8 heads: its runs go Q block major.
+        // d 256 16k, 8 heads: its runs go Q block major, unless the host order is forced.
         let mut p = Problem::new(DType::Bf16, 1, 16384, 16384, 8, 8, 256, 256);
         p.causal = true;
         let s = sel(&p, &H200);
         assert!(s.m_major_runs && !s.lpt_rounds, "{s:?}");
+        p.lpt_rounds = Some(true);
+        let s = sel(&p, &H200);
+        assert!(!s.m_major_runs && s.lpt_rounds, "{s:?}");
     }
 }

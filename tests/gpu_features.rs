@@ -1731,6 +1731,18 @@ fn workspace_under_capture() {
         s.synchronize().expect("sync");
         s.clone_dtoh(o).expect("download")
     };
+    // One call captured into a graph on `s`, the graph launched, its output read back.
+    let replay = |s: &Arc<CudaStream>, p: &Problem, qkv: &[CudaSlice<u16>; 3], what: &str| {
+        let [_, _, _, on, _] = p.extents().expect("extents");
+        let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
+        s.synchronize().expect("sync");
+        s.begin_capture(mode).expect("begin capture");
+        fa.forward(s, p, &qkv[0], &qkv[1], &qkv[2], &mut o, None)
+            .expect(what);
+        let graph = s.end_capture(flags).expect("end capture").expect("a graph");
+        graph.launch().expect("graph launch");
+        down(s, &o)
+    };
 
     // Split-KV: a decode step over 32k keys, which the heuristic (num_splits 0) splits.
     let mut p = Problem::new(DType::Bf16, 2, 1, 32768, 8, 2, 128, 128);
@@ -1746,11 +1758,12 @@ fn workspace_under_capture() {
         .expect("eager split-KV call");
     let eager = down(&stream0, &eager);
     let s = ctx.new_stream().expect("stream");
-    let [q, k, v] = upload(&s, &x);
+    let qkv = upload(&s, &x);
+    let [q, k, v] = &qkv;
     let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
     s.synchronize().expect("sync");
     s.begin_capture(mode).expect("begin capture");
-    let refused = fa.forward(&s, &p, &q, &k, &v, &mut o, None);
+    let refused = fa.forward(&s, &p, q, k, v, &mut o, None);
     let _ = s.end_capture(flags);
     match refused {
         Err(e) => assert!(
@@ -1759,50 +1772,42 @@ fn workspace_under_capture() {
         ),
         Ok(()) => panic!("split-KV ran under capture without a workspace"),
     }
-    fa.forward(&s, &p, &q, &k, &v, &mut o, None)
+    fa.forward(&s, &p, q, k, v, &mut o, None)
         .expect("eager call on the new stream");
     assert_eq!(down(&s, &o), eager, "split-KV on a second stream");
-    let mut o2 = s.alloc_zeros::<u16>(on).expect("alloc");
-    s.synchronize().expect("sync");
-    s.begin_capture(mode).expect("begin capture");
-    fa.forward(&s, &p, &q, &k, &v, &mut o2, None)
-        .expect("captured split-KV call");
-    let graph = s.end_capture(flags).expect("end capture").expect("a graph");
-    graph.launch().expect("graph launch");
-    assert_eq!(down(&s, &o2), eager, "split-KV replayed from a graph");
+    assert_eq!(
+        replay(&s, &p, &qkv, "captured split-KV call"),
+        eager,
+        "split-KV replayed from a graph"
+    );
     println!("workspace_under_capture: split-KV refused under capture, then replayed bit for bit");
 
-    // The host's order of causal runs: none made under capture (the snake), then made eagerly.
+    // The host's order of causal runs (forced, so made whatever the model says): none made
+    // under capture (the snake), then made eagerly.
     let mut p = Problem::new(DType::Bf16, 1, 8192, 8192, 16, 16, 128, 128);
     p.causal = true;
+    p.lpt_rounds = Some(true);
     let (_, sel) = fa.plan(&p).expect("plan");
     if fa.device().major == 9 && sel.lpt_rounds {
+        let made = fa.unit_orders_made();
         let (x, on) = host_inputs(&p);
         let s = ctx.new_stream().expect("stream");
-        let [q, k, v] = upload(&s, &x);
-        let mut snake = s.alloc_zeros::<u16>(on).expect("alloc");
-        s.synchronize().expect("sync");
-        s.begin_capture(mode).expect("begin capture");
-        fa.forward(&s, &p, &q, &k, &v, &mut snake, None)
-            .expect("captured causal call before its order exists");
-        let graph = s.end_capture(flags).expect("end capture").expect("a graph");
-        graph.launch().expect("graph launch");
-        let snake = down(&s, &snake);
+        let qkv = upload(&s, &x);
+        let snake = replay(&s, &p, &qkv, "captured causal call before its order exists");
+        assert_eq!(fa.unit_orders_made(), made, "an order made under capture");
         let [q0, k0, v0] = upload(&stream0, &x);
         let mut eager = stream0.alloc_zeros::<u16>(on).expect("alloc");
         fa.forward(&stream0, &p, &q0, &k0, &v0, &mut eager, None)
             .expect("eager causal call (makes the order)");
         let eager = down(&stream0, &eager);
-        assert_eq!(snake, eager, "the snake's graph against the ordered call");
-        let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
-        s.synchronize().expect("sync");
-        s.begin_capture(mode).expect("begin capture");
-        fa.forward(&s, &p, &q, &k, &v, &mut o, None)
-            .expect("captured causal call with its order");
-        let graph = s.end_capture(flags).expect("end capture").expect("a graph");
-        graph.launch().expect("graph launch");
         assert_eq!(
-            down(&s, &o),
+            fa.unit_orders_made(),
+            made + 1,
+            "the eager call made the order"
+        );
+        assert_eq!(snake, eager, "the snake's graph against the ordered call");
+        assert_eq!(
+            replay(&s, &p, &qkv, "captured causal call with its order"),
             eager,
             "the ordered call replayed from a graph"
         );
@@ -1837,14 +1842,11 @@ fn workspace_under_capture() {
         .expect("eager whole-tile call");
     let whole = down(&stream0, &whole);
     let s = ctx.new_stream().expect("stream");
-    let [q, k, v] = upload(&s, &x);
-    let mut o = s.alloc_zeros::<u16>(on).expect("alloc");
-    s.synchronize().expect("sync");
-    s.begin_capture(mode).expect("begin capture");
-    fa.forward(&s, &p, &q, &k, &v, &mut o, None)
-        .expect("captured split-tail call");
-    let graph = s.end_capture(flags).expect("end capture").expect("a graph");
-    graph.launch().expect("graph launch");
-    assert_eq!(down(&s, &o), whole, "the captured call ran whole tiles");
+    let qkv = upload(&s, &x);
+    assert_eq!(
+        replay(&s, &p, &qkv, "captured split-tail call"),
+        whole,
+        "the captured call ran whole tiles"
+    );
     println!("workspace_under_capture: the split tail ran whole tiles under capture, bit for bit");
 }

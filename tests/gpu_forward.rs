@@ -135,7 +135,9 @@ struct Outcome {
     split_tail: bool,
     /// Selection dealt the causal runs Q block major (`Selection::m_major_runs`).
     m_major: bool,
-    /// Selection dealt the causal runs by the host's order (`Selection::lpt_rounds`).
+    /// Selection asked for the host's order of the causal runs (`Selection::lpt_rounds`): the
+    /// runtime passes it wherever forced, as `in_every_run_order` forces it, and by default
+    /// only where it pays (`schedule::Plan::pays`).
     lpt: bool,
 }
 

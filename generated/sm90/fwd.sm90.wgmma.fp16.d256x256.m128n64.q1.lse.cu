@@ -307,8 +307,8 @@ struct Tiles {
   FA4_DEVICE Tile at(Pick pick, const FwdParams& p) const {
     Tile w;
     int tile = pick.tile;
-    // A host-dealt order (p.unit_order, select::lpt_rounds: each round's units, heaviest first,
-    // to the places of least work so far) permutes the schedule's units; each keeps its
+    // A host-dealt order (p.unit_order, Selection::lpt_rounds: each round's units, heaviest
+    // first, to the CTAs of least work so far) permutes the schedule's units; each keeps its
     // head-major decode below, a pair's two tiles together.
     if (kUnitOrder && p.unit_order != nullptr) {
       const int shift = pair - 1;  // pair: 1 or 2

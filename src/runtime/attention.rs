@@ -52,10 +52,26 @@ struct Loaded {
     max_pairs: u32,
 }
 
-/// Unit orders a handle keeps (`FlashAttention::unit_order_for`): one per causal shape and
-/// grid; past this many, new shapes run the plain snake rather than grow device memory
-/// without bound (an engine's prefill lengths vary per call).
-const MAX_ORDERS: usize = 256;
+/// Causal shapes (with their grids) whose orders a handle plans (`FlashAttention::
+/// unit_order_for`), and the device bytes it keeps for them: past either, new shapes run the
+/// plain snake rather than grow memory without bound (an engine's prefill lengths vary per
+/// call; a 16k-key call's order is a few KiB, `schedule::MAX_UNITS` units 4 MiB).
+const MAX_ORDERS: usize = 1024;
+const MAX_ORDER_BYTES: usize = 64 << 20;
+
+/// A causal shape's unit order: whether it pays by default (`schedule::Plan::pays`) and its
+/// device copy, made once a call asks for it (it pays, or `Problem::lpt_rounds` forces it);
+/// written before its first launch, read-only after.
+struct UnitOrder {
+    pays: bool,
+    ptr: Option<u64>,
+}
+
+#[derive(Default)]
+struct Orders {
+    made: HashMap<(CausalRuns, usize), UnitOrder>,
+    bytes: usize,
+}
 
 /// Whether `stream` is being captured into a graph (no allocations or copies then).
 fn stream_is_capturing(stream: sys::CUstream) -> Result<bool, Error> {
@@ -96,10 +112,8 @@ pub struct FlashAttention {
     device: DeviceInfo,
     cache: Mutex<HashMap<KernelSpec, Arc<Loaded>>>,
     workspaces: Mutex<HashMap<usize, Workspace>>,
-    /// Causal runs' unit orders (`Selection::lpt_rounds`) per schedule, slots and whether
-    /// forced: written once before their first launch, read-only after; `None` where
-    /// `schedule::plan` found the plain snake as even.
-    orders: Mutex<HashMap<(CausalRuns, usize, bool), Option<u64>>>,
+    /// Causal runs' unit orders (`Selection::lpt_rounds`) per schedule and slots.
+    orders: Mutex<Orders>,
     #[cfg(feature = "jit")]
     jit: Option<super::jit::Jit>,
 }
@@ -107,14 +121,18 @@ pub struct FlashAttention {
 impl Drop for FlashAttention {
     fn drop(&mut self) {
         let ws = self.workspaces.get_mut().unwrap_or_else(|p| p.into_inner());
-        let orders = self.orders.get_mut().unwrap_or_else(|p| p.into_inner());
+        let orders = &mut self
+            .orders
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .made;
         if (ws.is_empty() && orders.is_empty()) || self.ctx.bind_to_thread().is_err() {
             return;
         }
         let ptrs = ws
             .drain()
             .map(|(_, w)| w.ptr)
-            .chain(orders.drain().filter_map(|(_, p)| p));
+            .chain(orders.drain().filter_map(|(_, o)| o.ptr));
         for ptr in ptrs {
             // SAFETY: allocated by cuMemAlloc in this context; cuMemFree waits for its users.
             let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
@@ -176,7 +194,7 @@ impl FlashAttention {
             device,
             cache: Mutex::new(HashMap::new()),
             workspaces: Mutex::new(HashMap::new()),
-            orders: Mutex::new(HashMap::new()),
+            orders: Mutex::new(Orders::default()),
             #[cfg(feature = "jit")]
             jit: None,
         })
@@ -386,41 +404,72 @@ impl FlashAttention {
         Ok(Some(ptr))
     }
 
-    /// The device copy of `runs`' unit order over `slots` (`schedule::plan`, `force`d or
-    /// where it pays); `None` where it does not pay, while the stream is being captured and
-    /// it does not exist yet (an allocation and copy would break the capture), or once the
-    /// handle holds `MAX_ORDERS`: the kernel then deals by the plain snake.
+    /// The device copy of `runs`' unit order over `slots` (`schedule::plan`), where it pays
+    /// or is `force`d; else `None`, and the kernel deals by the plain snake: where it does not
+    /// pay, while the stream is being captured and the copy does not exist yet (an
+    /// allocation and copy would break the capture), past `MAX_ORDERS` / `MAX_ORDER_BYTES`,
+    /// or where the allocation or copy fails (an optional speed-up: the call goes on, and a
+    /// later one tries again). The copy runs on the caller's stream, which is then
+    /// synchronised once, so the order is on the device before any launch on any stream
+    /// reads it.
     fn unit_order_for(
         &self,
         stream: sys::CUstream,
         runs: CausalRuns,
         slots: usize,
         force: bool,
-    ) -> Result<Option<u64>, Error> {
-        let key = (runs, slots, force);
+    ) -> Option<u64> {
+        let key = (runs, slots);
         let mut orders = self.orders.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(&ptr) = orders.get(&key) {
-            return Ok(ptr);
+        if let Some(o) = orders.made.get(&key) {
+            if let Some(ptr) = o.ptr.filter(|_| force || o.pays) {
+                return Some(ptr);
+            }
+            // Planned before: it does not pay, or it pays past MAX_ORDER_BYTES. Made only
+            // where forced (a test or a tuning run asking for an order that does not pay).
+            if !force {
+                return None;
+            }
         }
-        if orders.len() >= MAX_ORDERS || stream_is_capturing(stream)? {
-            return Ok(None);
+        if orders.made.len() >= MAX_ORDERS || !matches!(stream_is_capturing(stream), Ok(false)) {
+            return None;
         }
-        let Some(order) = schedule::plan(&runs, slots, force) else {
-            orders.insert(key, None);
-            return Ok(None);
-        };
-        // SAFETY: the context is current (bound by the caller); the copy is synchronous, so
-        // the order is in place before any launch reads it.
+        let plan = schedule::plan(&runs, slots)?;
+        let pays = plan.pays();
+        let bytes = plan.order.len() * 4;
+        if !(force || pays) || orders.bytes + bytes > MAX_ORDER_BYTES {
+            orders.made.insert(key, UnitOrder { pays, ptr: None });
+            return None;
+        }
+        // SAFETY: the context is current (bound by the caller) and the stream is not being
+        // captured; the host vector outlives the copy (the stream is synchronised before it
+        // drops), and the device memory is freed on every failure.
         let ptr = unsafe {
-            let ptr = cudarc::driver::result::malloc_sync(order.len() * 4).call("cuMemAlloc")?;
-            if let Err(e) = cudarc::driver::result::memcpy_htod_sync(ptr, &order) {
+            let ptr = cudarc::driver::result::malloc_sync(bytes).ok()?;
+            let copied = cudarc::driver::result::memcpy_htod_async(ptr, &plan.order, stream)
+                .and_then(|()| sys::cuStreamSynchronize(stream).result());
+            if copied.is_err() {
                 let _ = cudarc::driver::result::free_sync(ptr);
-                return Err(e).call("cuMemcpyHtoD");
+                return None;
             }
             ptr
         };
-        orders.insert(key, Some(ptr));
-        Ok(Some(ptr))
+        orders.bytes += bytes;
+        orders.made.insert(
+            key,
+            UnitOrder {
+                pays,
+                ptr: Some(ptr),
+            },
+        );
+        Some(ptr)
+    }
+
+    /// Unit orders this handle holds on the device (`Selection::lpt_rounds`), for tests.
+    #[doc(hidden)]
+    pub fn unit_orders_made(&self) -> usize {
+        let orders = self.orders.lock().unwrap_or_else(|p| p.into_inner());
+        orders.made.values().filter(|o| o.ptr.is_some()).count()
     }
 
     /// Run attention on raw device pointers on `stream`.
@@ -538,7 +587,7 @@ impl FlashAttention {
                 pair,
             };
             let (slots, force) = (grid.0 as usize / pair, problem.lpt_rounds == Some(true));
-            if let Some(ptr) = self.unit_order_for(stream, runs, slots, force)? {
+            if let Some(ptr) = self.unit_order_for(stream, runs, slots, force) {
                 params.unit_order = ptr;
             }
         }

@@ -24,7 +24,7 @@ struct FwdParams {
   float* o_partial;         // split: (splits, rows, H, Dv) fp32, normalised per split
   float* lse_partial;       // split: (splits, <LSE layout>) fp32
   int* tail_counters;       // split tail: arrivals per (tail tile, consumer), zero at launch; o_partial: the parts
-  const int* unit_order;    // causal runs: the schedule unit each snake slot takes (Tiles::at); may be null
+  const int* unit_order;    // causal runs: the schedule unit each snake place takes (Tiles::at); may be null
 
   i64 q_batch_stride, q_row_stride, q_head_stride;
   i64 k_batch_stride, k_row_stride, k_head_stride;
