@@ -484,20 +484,22 @@ pub fn select_with(
                     )
             }
         };
-    // (The portable kernel has no runs: `wgmma_q_run` reads only the mask and packing.)
-    let m_major_runs = match spec.wgmma_q_run() {
-        // (A forced host order takes the place of the default Q block major runs.)
-        Some(run) if run > 0 && spec.imp == crate::spec::Impl::Wgmma => p.m_major_runs.unwrap_or(
+    // The wgmma kernel's causal runs, which either order deals (the portable kernel has none:
+    // `wgmma_q_run` reads only the mask and packing).
+    let run = match spec.wgmma_q_run() {
+        Some(run) if run > 0 && spec.imp == crate::spec::Impl::Wgmma => run as usize,
+        _ => 0,
+    };
+    // (A forced host order takes the place of the default Q block major runs.)
+    let m_major_runs = run > 0
+        && p.m_major_runs.unwrap_or(
             p.lpt_rounds != Some(true)
                 && p.seqlen_k >= M_MAJOR_RUNS_MIN_KEYS
-                && heads * p.batch * (run as usize).min(m_blocks) <= grid.0 as usize,
-        ),
-        _ => false,
-    };
-    let lpt_rounds = !m_major_runs
-        && spec.imp == crate::spec::Impl::Wgmma
+                && heads * p.batch * run.min(m_blocks) <= grid.0 as usize,
+        );
+    let lpt_rounds = run > 0
+        && !m_major_runs
         && p.varlen.is_none()
-        && matches!(spec.wgmma_q_run(), Some(run) if run > 0)
         && p.lpt_rounds
             .unwrap_or(p.seqlen_k >= LPT_ROUNDS_MIN_KEYS && tiles / pair > grid.0 as usize / pair);
     Ok(Selection {
@@ -1225,10 +1227,21 @@ mod tests {
             let runs = m_blocks / run;
             let run_tiles = runs * run * hbs;
             let pair = if pairs { 2 } else { 1 };
+            // The host's model of the head-major schedule, for its K block counts.
+            let model = crate::schedule::CausalRuns {
+                seqlen_q: s,
+                seqlen_k: s,
+                tile_m: tm,
+                tile_n: tn,
+                run,
+                heads_batch: hbs,
+                pair,
+            };
+            let cost = |m: usize| model.blocks(m) as u64 + 2;
             let mut balance = [0.0; 2];
             for (o, m_major) in [false, true].into_iter().enumerate() {
                 let mut seen = vec![false; m_blocks * hbs];
-                let mut cost = Vec::new();
+                let mut costs = Vec::new();
                 for t in 0..run_tiles {
                     let (slow, m_lo, hb) = decode(t, run, hbs, pair, m_major);
                     let m = m_blocks - (slow + 1) * run + m_lo;
@@ -1239,26 +1252,19 @@ mod tests {
                         assert_eq!((s0, h0, m0 ^ 1), (slow, hb, m_lo), "d {d}: a pair split");
                         assert_eq!(m0 % 2, 0);
                     }
-                    cost.push(((m + 1) * tm).min(s).div_ceil(tn) as f64 + 2.0);
+                    costs.push(cost(m));
                 }
                 // The rest (m_blocks % run lowest blocks) in the masked order, as before.
                 for i in 0..m_blocks % run {
                     for _ in 0..hbs {
-                        cost.push((((m_blocks % run - i) * tm).min(s)).div_ceil(tn) as f64 + 2.0);
+                        costs.push(cost(m_blocks % run - 1 - i));
                     }
                 }
-                let units: Vec<f64> = cost
+                let units: Vec<u64> = costs
                     .chunks(pair)
-                    .map(|c| c.iter().copied().fold(0.0, f64::max))
+                    .map(|c| c.iter().copied().max().unwrap_or(0))
                     .collect();
-                let slots = 132 / pair;
-                let mut load = vec![0.0; slots];
-                for (i, u) in units.iter().enumerate() {
-                    let (j, b) = (i / slots, i % slots);
-                    load[if j % 2 == 1 { slots - 1 - b } else { b }] += u;
-                }
-                let mean = units.iter().sum::<f64>() / slots as f64;
-                balance[o] = load.iter().copied().fold(0.0, f64::max) / mean;
+                balance[o] = crate::schedule::balance(&units, 132 / pair, None);
             }
             assert!(
                 balance[0] > 1.02 && balance[1] < 1.004,
