@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance] [window-floor]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [sanitize-order] [sanitize-features] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance] [window-floor]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -17,8 +17,9 @@ for step in $steps; do
   case $step in
   test)
     # One thread: the cases share the GPU and the CPU reference parallelises itself.
-    for t in gpu_forward gpu_features; do
-      .stage/bin/$t --test-threads=1 --nocapture 2>&1 | tee "$OUT/test-$t.log" | grep -E "cases|passed|FAIL|SKIPPED|test result|panicked" || true
+    # TESTS picks the binaries (default both) and FILTER the tests within them.
+    for t in ${TESTS:-gpu_forward gpu_features}; do
+      .stage/bin/$t ${FILTER:-} --test-threads=1 --nocapture 2>&1 | tee "$OUT/test-$t.log" | grep -E "cases|passed|FAIL|SKIPPED|test result|panicked" || true
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
     done
     ;;
@@ -50,6 +51,22 @@ for step in $steps; do
         rc=$?
         echo "compute-sanitizer $tool d,s,causal=$args: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
         [ $rc = 0 ] || status=1
+      done
+    done
+    ;;
+  sanitize-order)
+    # The causal runs' orders under memcheck and racecheck: one multi-round dense causal launch
+    # (B 1, H 2, two rounds) in the host's order (FwdParams::unit_order) and Q block major.
+    for order in FA4GEN_LPT FA4GEN_M_MAJOR; do
+      for args in "128,12288,1" "64,16384,1"; do
+        for tool in memcheck racecheck; do
+          log="$OUT/sanitize-$order-$tool-${args//,/_}.log"
+          env $order=1 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/bench_fwd .stage/generated --once "$args" > "$log" 2>&1
+          rc=$?
+          echo "compute-sanitizer $tool $order=1 d,s,causal=$args: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tr '\n' ' ')"
+          # (Passing logs go: the device tool brings back only a few files; the line above is the record.)
+          if [ $rc = 0 ]; then rm -f "$log"; else status=1; fi
+        done
       done
     done
     ;;

@@ -95,12 +95,15 @@ struct Case {
     m_major: Option<bool>,
     /// `Problem::lpt_rounds` (`None`: selection's default).
     lpt: Option<bool>,
+    /// Run the case in every order of its causal runs on the same inputs, bit-compared
+    /// (`in_every_run_order`); `m_major` and `lpt` are then ignored.
+    every_order: bool,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?} m_major={:?} lpt={:?}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?} m_major={:?} lpt={:?} every_order={}",
             self.dtype,
             self.d,
             self.dv,
@@ -119,7 +122,8 @@ impl Case {
             self.late_keys,
             self.split_tail,
             self.m_major,
-            self.lpt
+            self.lpt,
+            self.every_order
         )
     }
 }
@@ -133,11 +137,12 @@ struct Outcome {
     paired: bool,
     /// Selection split its schedule's tail (`Selection::split_tail`).
     split_tail: bool,
-    /// Selection dealt the causal runs Q block major (`Selection::m_major_runs`).
+    /// Selection dealt the causal runs Q block major (`Selection::m_major_runs`), in the
+    /// case's order or one of them (`Case::every_order`).
     m_major: bool,
     /// Selection asked for the host's order of the causal runs (`Selection::lpt_rounds`): the
     /// runtime passes it wherever forced, as `in_every_run_order` forces it, and by default
-    /// only where it pays (`schedule::Plan::pays`).
+    /// only where it pays (`schedule::Plan::pays`); in the case's order or one of them.
     lpt: bool,
 }
 
@@ -230,37 +235,60 @@ fn run_case(
     let o_len = (b * sq * o_row).max(1);
     let lse_len = (b * h * sq).max(1);
 
-    let (kernel, paired, split_tail, m_major, lpt) = match fa.plan(&p) {
-        Ok((_, sel)) => (
-            sel.spec.imp.name(),
-            sel.pairs,
-            sel.split_tail,
-            sel.m_major_runs,
-            sel.lpt_rounds,
-        ),
-        Err(_) => ("", false, false, false, false),
+    // The orders to run: the case's own, or (every_order) the snake, Q block major and the
+    // host's order on these same inputs. A tile's arithmetic does not depend on the CTA or
+    // the round that runs it, so every order must give the snake's bits.
+    let orders: &[(Option<bool>, Option<bool>)] = if c.every_order {
+        &[
+            (Some(false), Some(false)),
+            (Some(true), Some(false)),
+            (Some(false), Some(true)),
+        ]
+    } else {
+        &[(c.m_major, c.lpt)]
     };
+    let (mut kernel, mut paired, mut split_tail, mut m_major, mut lpt) =
+        ("", false, false, false, false);
     let mut results = Vec::new();
-    for _ in 0..REPEATS {
-        let mut dout = stream
-            .clone_htod(&vec![reference::nan_bits(c.dtype); o_len])
-            .map_err(|e| e.to_string())?;
-        let mut dlse = stream
-            .clone_htod(&vec![f32::NAN; lse_len])
-            .map_err(|e| e.to_string())?;
-        fa.forward(stream, &p, &dq, &dk, &dv, &mut dout, Some(&mut dlse))
-            .map_err(|e| format!("forward: {e}"))?;
-        let out_bits = stream.clone_dtoh(&dout).map_err(|e| e.to_string())?;
-        let lse = stream.clone_dtoh(&dlse).map_err(|e| e.to_string())?;
-        results.push((out_bits, lse));
-    }
-    let lse_bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    for r in &results[1..] {
-        if results[0].0 != r.0 || (c.lse && lse_bits(&results[0].1) != lse_bits(&r.1)) {
-            return Err(format!("{REPEATS} runs on the same inputs differ: a race"));
+    for (i, &(order_m_major, order_lpt)) in orders.iter().enumerate() {
+        p.m_major_runs = order_m_major;
+        p.lpt_rounds = order_lpt;
+        if let Ok((_, sel)) = fa.plan(&p) {
+            if i == 0 {
+                (kernel, paired, split_tail) = (sel.spec.imp.name(), sel.pairs, sel.split_tail);
+            }
+            m_major |= sel.m_major_runs;
+            lpt |= sel.lpt_rounds;
+        }
+        // The first order REPEATS times (a moving result is a race), the others once each.
+        for _ in 0..if i == 0 { REPEATS } else { 1 } {
+            let mut dout = stream
+                .clone_htod(&vec![reference::nan_bits(c.dtype); o_len])
+                .map_err(|e| e.to_string())?;
+            let mut dlse = stream
+                .clone_htod(&vec![f32::NAN; lse_len])
+                .map_err(|e| e.to_string())?;
+            fa.forward(stream, &p, &dq, &dk, &dv, &mut dout, Some(&mut dlse))
+                .map_err(|e| format!("forward: {e}"))?;
+            let out_bits = stream.clone_dtoh(&dout).map_err(|e| e.to_string())?;
+            let lse = stream.clone_dtoh(&dlse).map_err(|e| e.to_string())?;
+            results.push((i, out_bits, lse));
         }
     }
-    let (out_bits, lse) = &results[0];
+    let lse_bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for (i, out_bits, lse) in &results[1..] {
+        if results[0].1 != *out_bits || (c.lse && lse_bits(&results[0].2) != lse_bits(lse)) {
+            return Err(if *i == 0 {
+                format!("{REPEATS} runs on the same inputs differ: a race")
+            } else {
+                format!(
+                    "order (m_major, lpt) = {:?} differs from {:?} on the same inputs",
+                    orders[*i], orders[0]
+                )
+            });
+        }
+    }
+    let (_, out_bits, lse) = &results[0];
     // Unpad the output; every element of the (B, Sq, H, Dv) view must have been written.
     let all = reference::decode(c.dtype, out_bits);
     let mut out = Vec::with_capacity(b * sq * h * c.dv);
@@ -466,6 +494,7 @@ fn oracle_matrix() {
                             split_tail: None,
                             m_major: None,
                             lpt: None,
+                            every_order: false,
                         });
                     }
                     combo += 1;
@@ -517,6 +546,7 @@ fn oracle_flagship() {
                             split_tail: None,
                             m_major: None,
                             lpt: None,
+                            every_order: false,
                         });
                     }
                 }
@@ -596,6 +626,7 @@ fn oracle_flagship_tiles() {
                     split_tail: None,
                     m_major: None,
                     lpt: None,
+                    every_order: false,
                 });
             }
         }
@@ -609,18 +640,15 @@ fn oracle_flagship_tiles() {
     );
 }
 
-/// Each case three times: its causal runs dealt head major by the plain snake, Q block
-/// major (`Problem::m_major_runs`), and head major in the host's order
-/// (`Problem::lpt_rounds`).
+/// Each case in three orders on the same inputs, bit-compared (`Case::every_order`): its
+/// causal runs dealt head major by the plain snake, Q block major
+/// (`Problem::m_major_runs`), and head major in the host's order (`Problem::lpt_rounds`).
 fn in_every_run_order(cases: Vec<Case>) -> Vec<Case> {
-    [(false, false), (true, false), (false, true)]
+    cases
         .into_iter()
-        .flat_map(|(m_major, lpt)| {
-            cases.iter().map(move |c| Case {
-                m_major: Some(m_major),
-                lpt: Some(lpt),
-                ..c.clone()
-            })
+        .map(|c| Case {
+            every_order: true,
+            ..c
         })
         .collect()
 }
@@ -661,6 +689,7 @@ fn oracle_flagship_causal_runs() {
                 split_tail: None,
                 m_major: None,
                 lpt: None,
+                every_order: false,
             });
         }
     }
@@ -720,6 +749,7 @@ fn oracle_flagship_pairs() {
                 split_tail: None,
                 m_major: None,
                 lpt: None,
+                every_order: false,
             });
         }
     }
@@ -803,6 +833,7 @@ fn oracle_flagship_causal_pairs() {
                 split_tail: None,
                 m_major: None,
                 lpt: None,
+                every_order: false,
             });
         }
     }
@@ -871,6 +902,7 @@ fn oracle_flagship_split_tail() {
             split_tail: Some(true),
             m_major: None,
             lpt: None,
+            every_order: false,
         });
     }
     // The same shapes with the tail whole: the control.
@@ -880,6 +912,7 @@ fn oracle_flagship_split_tail() {
             split_tail: Some(false),
             m_major: None,
             lpt: None,
+            every_order: false,
             ..c.clone()
         })
         .collect();
@@ -952,6 +985,7 @@ fn late_max_cases() -> Vec<Case> {
                             split_tail: None,
                             m_major: None,
                             lpt: None,
+                            every_order: false,
                         });
                     }
                 }
@@ -1037,6 +1071,7 @@ fn oracle_edges() {
         split_tail: None,
         m_major: None,
         lpt: None,
+        every_order: false,
     };
     let cases = vec![
         Case {
