@@ -115,8 +115,8 @@ pub struct Plan {
 
 impl Plan {
     /// Whether the order is used by default: it evens the modelled work by
-    /// [`MIN_MODELLED_GAIN`] or more (else the plain snake, as the order's table read costs
-    /// each tile a dependent load).
+    /// [`MIN_MODELLED_GAIN`] or more (else the plain snake: the model over-predicts by about
+    /// a point, and short calls lose by the order, `select::LPT_ROUNDS_MIN_KEYS`).
     pub fn pays(&self) -> bool {
         self.gain >= MIN_MODELLED_GAIN
     }

@@ -86,9 +86,13 @@ pub const PAIRS_MIN_KEYS: usize = 4096;
 
 /// Keys from which dense causal calls are dealt by the host's order by default
 /// (`Selection::lpt_rounds`; the runtime then checks `schedule::plan`'s modelled gain).
-/// Shorter calls' tiles are a few K blocks, and the order's table read at each tile's start
-/// cost them more than the balance gave: H200, causal, sustained, three rounds, snake ->
-/// order: d 128 1k 421.4 -> 417.1 (-1.0%), d 64 1k 319.6 -> 314.0 (-1.8%).
+/// Shorter calls lose by the order more than its modelled balance gives: H200, causal,
+/// sustained, three rounds, snake -> order: d 128 1k 421.4 -> 417.1 (-1.0%), d 64 1k 319.6
+/// -> 314.0 (-1.8%; modelled +1.4%); session 26 (`…-session26-ab-order-prefetch.txt`): d 64
+/// 512 251.0 -> 247.4 (-1.4%; +2.1%), d 128 512 325.7 -> 313.6 (-3.7%; +1.4%), d 192/128
+/// 512 324.9 -> 308.4 (-5.1%; +1.4%), d 128 1k 417.5 -> 412.3. Not the table read: with each
+/// CTA's entries prefetched into L1 at the start the same calls read 247.2, 312.2, 308.1 and
+/// 411.7 (and d 128 4k 584.7 -> 584.0), so the cost is in the order the tiles then run in.
 pub const LPT_ROUNDS_MIN_KEYS: usize = 4096;
 
 /// Keys from which causal runs are dealt Q block major by default (`Problem::m_major_runs`),
