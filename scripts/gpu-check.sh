@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [sanitize-order] [sanitize-features] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance] [window-floor]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [sanitize-order] [sanitize-features] [order-traffic] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance] [window-floor]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -165,6 +165,20 @@ PY
       ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2>/dev/null | gzip > "$rep-sass.csv.gz"
       rm -f "$rep.ncu-rep"
     done
+    ;;
+  order-traffic)
+    # Where the host's causal order moves memory traffic (snake against order, one launch each,
+    # ncu at its base clock): L2 sectors, those crossing between the L2 partitions (the
+    # fabric), the hit rate, DRAM reads. ($SHAPES: "d,s,causal" list.)
+    for args in ${SHAPES:-192,512,1 128,512,1 128,4096,1}; do
+      for lpt in 0 1; do
+        FA4GEN_LPT=$lpt FA4GEN_M_MAJOR=0 ncu -k regex:fwd -c 1 --csv --metrics \
+gpu__time_duration.sum,lts__t_sectors.sum,lts__t_sectors_srcunit_ltcfabric.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,lts__t_sectors_srcunit_tex.sum \
+          .stage/bin/bench_fwd .stage/generated --one "$args" > "$OUT/order-traffic.tmp" 2>&1 || status=1
+        echo "d,s,causal=$args FA4GEN_LPT=$lpt: $(grep -E '^"[0-9]' "$OUT/order-traffic.tmp" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' | tr '\n' ' ')"
+      done
+    done | tee "$OUT/order-traffic.txt"
+    rm -f "$OUT/order-traffic.tmp"
     ;;
   balance)
     # How evenly the persistent CTAs' work spreads over the SMs, per shape ($BALANCE: "d,s,causal"

@@ -92,7 +92,10 @@ pub const PAIRS_MIN_KEYS: usize = 4096;
 /// 512 251.0 -> 247.4 (-1.4%; +2.1%), d 128 512 325.7 -> 313.6 (-3.7%; +1.4%), d 192/128
 /// 512 324.9 -> 308.4 (-5.1%; +1.4%), d 128 1k 417.5 -> 412.3. Not the table read: with each
 /// CTA's entries prefetched into L1 at the start the same calls read 247.2, 312.2, 308.1 and
-/// 411.7 (and d 128 4k 584.7 -> 584.0), so the cost is in the order the tiles then run in.
+/// 411.7 (and d 128 4k 584.7 -> 584.0). The cost is locality: the snake gives a run's Q blocks
+/// consecutive CTAs, which the hardware places on one GPC, and the order scatters them (ncu,
+/// d 192/128 512: +36% L2 sectors across the partitions, +16% DRAM reads; at ncu's fixed
+/// clock the order is as fast, at the power cap that traffic's energy costs 5%).
 pub const LPT_ROUNDS_MIN_KEYS: usize = 4096;
 
 /// Keys from which causal runs are dealt Q block major by default (`Problem::m_major_runs`),
