@@ -34,18 +34,37 @@ wait
 # Variants run back to back on each shape, their order reversed every other round: the GPU's
 # clock drifts with its temperature and power (the 700 W cap), and a variant always timed first
 # read up to 2.4% faster than an identical kernel timed after it.
+# Per-round files live outside $OUT (the device tool returns a few files only); each finished
+# round's lines go to $OUT/ab.txt at once and a line per shape is printed, so a call that runs
+# out of time still brings back every round it finished.
+WORK=$(mktemp -d)
+: > "$OUT/ab.txt"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   order=$VARIANTS
   [ $((round % 2)) = 0 ] && order=$(printf '%s\n' $VARIANTS | tac | tr '\n' ' ')
   for shape in $SHAPES; do
     for v in $order; do
       name=${v%%:*}; knobs=$(knobs_of "$v")
-      env $knobs "$(bin "$knobs")" "$(root "$knobs")" "$shape" >> "$OUT/ab-$name-$round.jsonl" 2>> "$OUT/ab-$name-$round.err"
+      env $knobs "$(bin "$knobs")" "$(root "$knobs")" "$shape" >> "$WORK/ab-$name-$round.jsonl" 2>> "$WORK/ab-$name-$round.err"
     done
   done
-  python3 scripts/bench_sdpa.py $SHAPES > "$OUT/ab-sdpa-$round.jsonl" 2> "$OUT/ab-sdpa-$round.err"
+  python3 scripts/bench_sdpa.py $SHAPES > "$WORK/ab-sdpa-$round.jsonl" 2> "$WORK/ab-sdpa-$round.err"
+  # Every line tagged with the file it came from.
+  for f in "$WORK"/ab-*-"$round".jsonl; do sed "s/^{/{\"file\":\"$(basename "$f")\",/" "$f"; done >> "$OUT/ab.txt"
+  python3 - "$round" "$WORK"/ab-*-"$round".jsonl <<'PY'
+import json, os, sys
+rows = {}
+for f in sys.argv[2:]:
+    name = os.path.basename(f)[3:].rsplit("-", 1)[0]
+    for l in open(f):
+        if l.startswith("{") and "tflops" in (r := json.loads(l)):
+            col = name if r.get("impl") == "fa4gen" else r.get("impl")
+            rows.setdefault((r.get("d"), r.get("s"), r.get("causal")), {})[col] = r["tflops"]
+for key, cols in rows.items():
+    print(f"round {sys.argv[1]} {key}: " + "  ".join(f"{c} {v}" for c, v in sorted(cols.items())), flush=True)
+PY
 done
-python3 - "$OUT" <<'PY'
+python3 - "$WORK" <<'PY'
 import glob, json, os, sys
 rows = {}
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.jsonl"))):
@@ -63,8 +82,5 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab-*.jsonl"))):
 for key in sorted(rows, key=str):
     print(key, "  ".join(f"{c} {'/'.join(str(x) for x in v)}" for c, v in sorted(rows[key].items())))
 PY
-# One file for the record (the device tool returns a few files only): every line tagged with
-# the file it came from; the per-round files and their logs then go.
-for f in "$OUT"/ab-*.jsonl; do sed "s/^{/{\"file\":\"$(basename "$f")\",/" "$f"; done > "$OUT/ab.txt"
-grep -h -i -E "error|panic" "$OUT"/ab-*.err | head
-rm -f "$OUT"/ab-*.jsonl "$OUT"/ab-*.err
+grep -h -i -E "error|panic" "$WORK"/ab-*.err | head
+rm -rf "$WORK"
