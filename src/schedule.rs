@@ -6,8 +6,12 @@
 //! runs make each round's costs a saw tooth that the reversal does not cancel: max / mean
 //! work per CTA 1.03 at the #4 cells, the same as a whole tile of quantisation. Dealing each
 //! round's units heaviest first to the CTAs with the least work so far (LPT, round by round)
-//! keeps every round's set of units, and so what the CTAs at work share in L2, and evens the
-//! work to 1.004-1.011 at 8k-16k keys, 1.011-1.023 at 4k (`tests::lpt_balances_the_causal_cells`).
+//! keeps every round's set of units, and so the heads whose K/V the CTAs at work share, and
+//! evens the work to 1.004-1.011 at 8k-16k keys, 1.011-1.023 at 4k
+//! (`tests::lpt_balances_the_causal_cells`). It does not keep which SMs run a head's tiles:
+//! the snake gives them consecutive CTAs, on one GPC, and the order spreads them over both L2
+//! partitions (session 26, ncu: +36-43% L2 traffic across them and +9-16% DRAM reads at 512
+//! keys, +3-5% at 4k), which is what short calls lose by it (`select::LPT_ROUNDS_MIN_KEYS`).
 
 /// A dense causal call's schedule as `Tiles::at` decodes it head-major: runs of `run` Q
 /// blocks of one (head, batch), heaviest run first, a run's blocks fastest, then the

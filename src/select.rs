@@ -95,7 +95,8 @@ pub const PAIRS_MIN_KEYS: usize = 4096;
 /// 411.7 (and d 128 4k 584.7 -> 584.0). The cost is locality: the snake gives a run's Q blocks
 /// consecutive CTAs, which the hardware places on one GPC, and the order scatters them (ncu,
 /// d 192/128 512: +36% L2 sectors across the partitions, +16% DRAM reads; at ncu's fixed
-/// clock the order is as fast, at the power cap that traffic's energy costs 5%).
+/// clock the order is as fast, at the power cap it lost 5%: the likely cost is that
+/// traffic's energy).
 pub const LPT_ROUNDS_MIN_KEYS: usize = 4096;
 
 /// Keys from which causal runs are dealt Q block major by default (`Problem::m_major_runs`),
