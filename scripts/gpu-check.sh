@@ -170,14 +170,15 @@ PY
     # Where the host's causal order moves memory traffic (snake against order, one launch each,
     # ncu at its base clock): L2 sectors, those crossing between the L2 partitions (the
     # fabric), the hit rate, DRAM reads. ($SHAPES: "d,s,causal" list.)
+    : > "$OUT/order-traffic.txt"
     for args in ${SHAPES:-192,512,1 128,512,1 128,4096,1}; do
       for lpt in 0 1; do
         FA4GEN_LPT=$lpt FA4GEN_M_MAJOR=0 ncu -k regex:fwd -c 1 --csv --metrics \
 gpu__time_duration.sum,lts__t_sectors.sum,lts__t_sectors_srcunit_ltcfabric.sum,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,lts__t_sectors_srcunit_tex.sum \
           .stage/bin/bench_fwd .stage/generated --one "$args" > "$OUT/order-traffic.tmp" 2>&1 || status=1
-        echo "d,s,causal=$args FA4GEN_LPT=$lpt: $(grep -E '^"[0-9]' "$OUT/order-traffic.tmp" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' | tr '\n' ' ')"
+        echo "d,s,causal=$args FA4GEN_LPT=$lpt: $(grep -E '^"[0-9]' "$OUT/order-traffic.tmp" | awk -F'","' '{print $(NF-2) "=" $NF}' | tr -d '"' | tr '\n' ' ')" | tee -a "$OUT/order-traffic.txt"
       done
-    done | tee "$OUT/order-traffic.txt"
+    done
     rm -f "$OUT/order-traffic.tmp"
     ;;
   balance)
