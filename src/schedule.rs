@@ -264,6 +264,38 @@ mod tests {
         assert_eq!(plan(&huge, 132), None);
     }
 
+    /// On random costs, unit counts and slot counts (a partial last round or none, fewer
+    /// units than slots, one slot) the order is a permutation of the units, never worse than
+    /// the snake by more than one unit's cost.
+    #[test]
+    fn lpt_order_is_a_permutation() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(26);
+        for _ in 0..500 {
+            let slots = rng.random_range(1..=140);
+            let n = rng.random_range(1..=slots * 12);
+            let costs: Vec<u64> = (0..n).map(|_| rng.random_range(1..=300)).collect();
+            let order = lpt_order(&costs, slots);
+            let mut seen = vec![false; n];
+            for &u in &order {
+                assert!(
+                    !std::mem::replace(&mut seen[u as usize], true),
+                    "{slots} {n}"
+                );
+            }
+            let max = *costs.iter().max().unwrap_or(&0) as f64;
+            let mean = costs.iter().sum::<u64>() as f64 / slots as f64;
+            let (snake, lpt) = (
+                balance(&costs, slots, None),
+                balance(&costs, slots, Some(&order)),
+            );
+            assert!(
+                lpt <= snake + max / mean + 1e-9,
+                "{slots} {n}: {snake} -> {lpt}"
+            );
+        }
+    }
+
     /// The head-major decode visits every (Q block, head) once, and the visited blocks
     /// follow the bottom-right mask (Sq < Sk: every row sees the prefix; Sq > Sk: the
     /// first Sq - Sk rows see nothing).
