@@ -30,6 +30,10 @@ pub const HEADERS: &[(&str, &str)] = &[
         include_str!("../templates/include/fa4gen/ldmatrix.cuh"),
     ),
     (
+        "fa4gen/stmatrix.cuh",
+        include_str!("../templates/include/fa4gen/stmatrix.cuh"),
+    ),
+    (
         "fa4gen/cp_async.cuh",
         include_str!("../templates/include/fa4gen/cp_async.cuh"),
     ),

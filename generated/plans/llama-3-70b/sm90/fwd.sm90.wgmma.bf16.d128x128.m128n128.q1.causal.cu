@@ -42,6 +42,7 @@
 #include "fa4gen/online_softmax.cuh"
 #include "fa4gen/seqlens.cuh"
 #include "fa4gen/softcap.cuh"
+#include "fa4gen/stmatrix.cuh"
 #include "fa4gen/tma.cuh"
 #include "fa4gen/warpgroup.cuh"
 #include "fa4gen/wgmma.cuh"
@@ -878,21 +879,28 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal(const __grid_constant__ F
     // waited before releasing them.
     if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
     named_barrier_sync(1 + cons, 128);
-    // The staging addresses depend only on the thread: derived from a fresh thread index here,
-    // or the compiler hoists all 2 * kOT of them out of the tile loop and spills them.
-    const int etid = (int)(thread_index_fresh() % 128);
-    const int erow = etid / 32 * 16 + etid % 32 / 4 + cons * 64, et = etid % 4;
+    // A warp's 16 rows leave as stmatrix x4, each four n8 groups of one 8-row half: matrix j
+    // is group i + j, whose fragment is the accumulators' packed to 16 bits. Lane l addresses
+    // row l % 8 of group i + l / 8; in the 128-byte swizzle that group's 16 bytes sit at chunk
+    // (i % 8 + l / 8) ^ (row % 8), which for i a multiple of 4 is the lane's chunk at i = 0 XOR
+    // i % 8, and the second half's rows are 1024 bytes on (row % 8 the same): one address per
+    // thread, one XOR per store (16 4-byte stores at d 64, each with its own address, cost ~30
+    // instructions a tile more). The address comes from a fresh thread index, not kept live
+    // through the tile loop.
+    const u32 ft = thread_index_fresh() - 128u, el = ft % 32u;  // consumer cons's warp w: (4 cons + w) * 32 + lane
+    const u32 srow = ft / 32u * 16u + el % 8u;
+    const u32 a0 = sOt + srow * 128u + (((el / 8u) ^ (srow & 7u)) << 4);
+    static_assert(kOT % 4 == 0, "stmatrix x4 takes four n8 groups");
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = erow + 8 * h;
 #pragma unroll
-      for (int i = 0; i < kOT; ++i) {
-        const int col = i * 8 + 2 * et;
-        const u32 addr = sOt + (col / 64) * kQChunk + sw128_offset(r, col % 64);
-        const u32 v = Elem::pack2(ov(i, 2 * h) * inv[h], ov(i, 2 * h + 1) * inv[h]);
-        asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+      for (int i = 0; i < kOT; i += 4) {
+        u32 r[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) r[j] = Elem::pack2(ov(i + j, 2 * h) * inv[h], ov(i + j, 2 * h + 1) * inv[h]);
+        stmatrix_x4((a0 ^ ((u32)(i % 8) << 4)) + (u32)h * 1024u + (u32)(i / 8) * kQChunk, r);
       }
-      if (kWriteLse && et == 0 && w.m0 + r < w.rows) store_lse(w, r, lse[h]);
+      if (kWriteLse && t == 0 && w.m0 + row + 8 * h < w.rows) store_lse(w, row + 8 * h, lse[h]);
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + cons, 128);
