@@ -915,6 +915,97 @@ fn flagship_window_blocks() {
     run_all("flagship_window_blocks", &window_block_cases());
 }
 
+/// The consumers' cache of boundary blocks' mask bits (`kCachedMasks` in fwd_sm90.cu), keyed
+/// by a block's first key relative to its tile's diagonal: calls long enough that every CTA
+/// runs several tiles, so a slot filled by one tile is read by later ones of other heads,
+/// batches, Q blocks and (varlen) sequences with another Sk - Sq, and is evicted by sequences'
+/// first tiles and by blocks that cross a sequence's end (computed, never cached). Causal on
+/// 128x128 (unpacked; d 64, 128 and 192/128) with Sk - Sq of 0, +100, -100 (one diagonal
+/// phase, two) and ragged varlen sequences, in CTA pairs too; windows on 192x80 packed
+/// (gpt-oss's left 127, right 0 or 40, sinks) and 128x128 unpacked, dense and varlen.
+fn mask_cache_cases() -> Vec<Case> {
+    let causal = |seqs: Vec<(usize, usize)>,
+                  (d, dv): (usize, usize),
+                  heads: usize,
+                  layout: (bool, KLayout),
+                  i: usize| {
+        let mut c = Case::flagship_layout(seqs, i, (d, dv), heads / 2, layout);
+        c.causal = true;
+        c.pack_gqa = Some(false);
+        c.tile = Some((128, 128));
+        c
+    };
+    let window = |seqs: Vec<(usize, usize)>,
+                  tile: (u32, u32),
+                  g: usize,
+                  w: (i64, i64),
+                  layout: (bool, KLayout),
+                  i: usize| {
+        let mut c = Case::flagship_layout(seqs, i, (64, 64), g, layout);
+        c.window = (Some(w.0), Some(w.1));
+        c.pack_gqa = Some(tile.0 == 192);
+        c.tile = Some(tile);
+        c.sinks = i.is_multiple_of(2);
+        c
+    };
+    let dense = (false, KLayout::Batched);
+    let varlen = (true, KLayout::Packed);
+    let mut pairs = causal(vec![(2048, 2048); 2], (128, 128), 8, dense, 2);
+    pairs.pairs = Some(true);
+    vec![
+        causal(vec![(2000, 2100); 2], (128, 128), 8, dense, 0),
+        causal(vec![(2100, 2000); 2], (128, 128), 8, dense, 1),
+        pairs,
+        causal(vec![(1500, 1500); 3], (64, 64), 8, dense, 3),
+        causal(vec![(1800, 1900); 2], (192, 128), 8, dense, 4),
+        causal(
+            vec![
+                (700, 900),
+                (1300, 1300),
+                (513, 400),
+                (1000, 1100),
+                (1, 1),
+                (0, 7),
+            ],
+            (128, 128),
+            8,
+            varlen,
+            5,
+        ),
+        window(vec![(3000, 3000); 2], (192, 80), 8, (127, 0), dense, 6),
+        window(vec![(2500, 2700); 2], (192, 80), 8, (127, 40), dense, 7),
+        window(
+            vec![(2500, 2600), (1200, 1100), (3000, 3000), (7, 300)],
+            (192, 80),
+            8,
+            (127, 0),
+            varlen,
+            8,
+        ),
+        window(vec![(2000, 2000); 2], (128, 128), 4, (300, 40), dense, 9),
+    ]
+}
+
+#[test]
+fn flagship_mask_cache() {
+    run_all("flagship_mask_cache", &mask_cache_cases());
+}
+
+/// CPU: every mask-cache case selects the flagship on its tile, unpacked or packed as asked.
+#[test]
+fn mask_cache_cases_select_their_tiles() {
+    let mut rng = StdRng::seed_from_u64(0);
+    for c in mask_cache_cases() {
+        let s = h200_selection(&c, &mut rng).spec;
+        assert_eq!(
+            (s.imp, Some((s.tile_m, s.tile_n)), Some(s.pack_gqa)),
+            (fa4gen::spec::Impl::Wgmma, c.tile, c.pack_gqa),
+            "{}",
+            c.name()
+        );
+    }
+}
+
 /// CPU: every window-block case selects the flagship on its tile, packed as asked, with
 /// window blocks.
 #[test]

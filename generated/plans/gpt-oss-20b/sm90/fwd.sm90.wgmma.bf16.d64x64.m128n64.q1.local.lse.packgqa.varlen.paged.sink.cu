@@ -460,22 +460,42 @@ FA4_DEVICE u32 low_bits(int k) {  // k in [0, kNT]
   if constexpr (kNT < 32) return (1u << k) - 1u;
   return k >= 32 ? ~0u : (1u << k) - 1u;
 }
+// The n8 groups visible at column 2t + e of a row whose keys [lo, hi) are given relative to
+// the thread's first column (n0 + 2t): nt is visible iff lo <= 8 nt + e < hi, i.e.
+// ceil((lo - e) / 8) <= nt < ceil((hi - e) / 8).
+FA4_DEVICE u32 visible_groups(int lo, int hi, int e) {
+  const int a = min(max((lo - e + 7) >> 3, 0), kNT), b = min(max((hi - e + 7) >> 3, 0), kNT);
+  return low_bits(b) & ~low_bits(a);
+}
+FA4_DEVICE void hide_invisible(float (&s)[kNT][4], int h, int e, u32 bits) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+    if (!((bits >> nt) & 1u)) s[nt][2 * h + e] = neg_inf();
+}
 FA4_DEVICE void mask_block(float (&s)[kNT][4], const BottomRightMask<kMask>& mask, const int (&query)[2], int n0, int t) {
   static_assert(kNT <= 32, "one 32-bit mask per row");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int base = n0 + 2 * t;
-    const int lo = mask.lo(query[h]) - base, hi = mask.hi(query[h]) - base;
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      // nt is visible iff lo <= 8 nt + e < hi, i.e. ceil((lo - e) / 8) <= nt < ceil((hi - e) / 8).
-      const int a = min(max((lo - e + 7) >> 3, 0), kNT), b = min(max((hi - e + 7) >> 3, 0), kNT);
-      const u32 bits = low_bits(b) & ~low_bits(a);
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-        if (!((bits >> nt) & 1u)) s[nt][2 * h + e] = neg_inf();
-    }
+    for (int e = 0; e < 2; ++e) hide_invisible(s, h, e, visible_groups(mask.lo(query[h]) - base, mask.hi(query[h]) - base, e));
   }
+}
+// The same bits packed per row, e = 0 in bits 0.., e = 1 in bits 16.. (kNT <= 16): what the
+// consumers cache (`kCachedMasks`), and their use.
+// (Compiled in every kernel, used only where kNT <= 16: see kCachedMasks.)
+FA4_DEVICE void visible_bits(u32 (&bits)[2], const BottomRightMask<kMask>& mask, const int (&query)[2], int n0, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int lo = mask.lo(query[h]) - (n0 + 2 * t), hi = mask.hi(query[h]) - (n0 + 2 * t);
+    bits[h] = visible_groups(lo, hi, 0) | visible_groups(lo, hi, 1) << 16;
+  }
+}
+FA4_DEVICE void hide_invisible(float (&s)[kNT][4], const u32 (&bits)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) hide_invisible(s, h, e, bits[h] >> (16 * e));
 }
 
 // Zero rows [valid, kTileN) of a V stage (all its 64-column blocks), 16 bytes per step, the
@@ -759,13 +779,56 @@ fa4gen_fwd_sm90_wgmma_bf16_d64x64_m128n64_q1_local_lse_packgqa_varlen_paged_sink
   // Block n0's S of tile w has landed: mask it and fold it into the softmax. Without a mask
   // only the sequence's last block can be partial, and it is a tile's first visited block: the
   // main loop's blocks skip the test (`first` false).
+  // A boundary block's mask bits, cached (kCachedMasks). They depend on the thread and on
+  // the block's first key relative to the tile's first query's diagonal, `rel` = n0 - (q0 +
+  // Sk - Sq): key n0 + c is visible to row r (query q0 + r', r' = r, or r / G packed) iff
+  // r' - wl <= rel + c <= r' + wr, whatever the tile, sequence or Q block, as long as the
+  // bounds are not clamped. The clamp at key 0 never changes the bits (it only moves a bound
+  // already before the block); the clamp at the sequence's end does only in a block that
+  // crosses it, which is computed, not cached. A window's interior tiles meet the same two
+  // rels (its first and last blocks), a causal tile_m = tile_n tile's diagonal one or two:
+  // two slots hold them, and a miss (a sequence's first tiles, another phase) computes the
+  // bits and takes the older slot. ~50 of a masked block's ~110 instructions per warp go.
+  // Not where the set of rels runs past two (packed causal tiles, whose q0 moves the diagonal's
+  // phase; tile_m != tile_n causal) or where blocks start on page boxes (paged windows), nor
+  // beside three consumers' 128-key scores (160 registers: d 64 192x128 varlen windows spilled
+  // 24-44 bytes; 80-key blocks have the room).
+  constexpr bool kCachedMasks = kNT <= 16 && (kConsumers < 3 || kTileN <= 80) &&
+                                ((kMask == MaskKind::Local && !kPaged) ||
+                                 (kMask == MaskKind::Causal && !kPackGqa && kTileM == kTileN));
+  int mask_rel[2] = {-0x7fffffff - 1, -0x7fffffff - 1};  // the slots' keys (uniform; none yet), and their bits
+  u32 mask_slot[2][2] = {};
+  int mask_older = 0;
   auto block_softmax = [&](const Tile& w, int n0, bool first) {
     fence_regs(s[0]);
     if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
     const BottomRightMask<kMask> mask = w.mask(p);
     if ((first || kMask != MaskKind::None) && mask.block_is_partial(w.q0, w.q1, n0, kTileN)) {
       const int query[2] = {tiles.query_of(w.m0 + row), tiles.query_of(w.m0 + row + 8)};
-      mask_block(s[0], mask, query, n0, t);
+      if constexpr (kCachedMasks) {
+        const int rel = n0 - (w.q0 + mask.offset);
+        const bool keyed = n0 + kTileN <= w.seqlen_k;
+        u32 bits[2];
+        // (Each slot by name: an indexed register array would live in local memory.)
+        if (keyed && rel == mask_rel[0]) {
+          bits[0] = mask_slot[0][0], bits[1] = mask_slot[0][1];
+        } else if (keyed && rel == mask_rel[1]) {
+          bits[0] = mask_slot[1][0], bits[1] = mask_slot[1][1];
+        } else {
+          visible_bits(bits, mask, query, n0, t);
+          if (keyed) {
+            if (mask_older == 0) {
+              mask_rel[0] = rel, mask_slot[0][0] = bits[0], mask_slot[0][1] = bits[1];
+            } else {
+              mask_rel[1] = rel, mask_slot[1][0] = bits[0], mask_slot[1][1] = bits[1];
+            }
+            mask_older ^= 1;
+          }
+        }
+        hide_invisible(s[0], bits);
+      } else {
+        mask_block(s[0], mask, query, n0, t);
+      }
     }
     softmax.template update<kMaxSlack>(s, scale_log2, corr);
   };
