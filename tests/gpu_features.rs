@@ -996,34 +996,37 @@ fn flagship_mask_cache() {
     run_all("flagship_mask_cache", &mask_cache_cases());
 }
 
+/// Each case's H200 selection, asserted to be the flagship on the case's tile, packed as the
+/// case asks (the cases name both).
+fn flagship_on_case_tiles(cases: &[Case]) -> Vec<fa4gen::spec::KernelSpec> {
+    let mut rng = StdRng::seed_from_u64(0);
+    cases
+        .iter()
+        .map(|c| {
+            let s = h200_selection(c, &mut rng).spec;
+            assert_eq!(
+                (s.imp, Some((s.tile_m, s.tile_n)), Some(s.pack_gqa)),
+                (fa4gen::spec::Impl::Wgmma, c.tile, c.pack_gqa),
+                "{}",
+                c.name()
+            );
+            s
+        })
+        .collect()
+}
+
 /// CPU: every mask-cache case selects the flagship on its tile, unpacked or packed as asked.
 #[test]
 fn mask_cache_cases_select_their_tiles() {
-    let mut rng = StdRng::seed_from_u64(0);
-    for c in mask_cache_cases() {
-        let s = h200_selection(&c, &mut rng).spec;
-        assert_eq!(
-            (s.imp, Some((s.tile_m, s.tile_n)), Some(s.pack_gqa)),
-            (fa4gen::spec::Impl::Wgmma, c.tile, c.pack_gqa),
-            "{}",
-            c.name()
-        );
-    }
+    flagship_on_case_tiles(&mask_cache_cases());
 }
 
 /// CPU: every window-block case selects the flagship on its tile, packed as asked, with
 /// window blocks.
 #[test]
 fn window_block_cases_select_window_blocks() {
-    let mut rng = StdRng::seed_from_u64(0);
-    for c in window_block_cases() {
-        let s = h200_selection(&c, &mut rng).spec;
-        assert_eq!(
-            (s.imp, Some((s.tile_m, s.tile_n)), Some(s.pack_gqa)),
-            (fa4gen::spec::Impl::Wgmma, c.tile, c.pack_gqa),
-            "{}",
-            c.name()
-        );
+    let cases = window_block_cases();
+    for (c, s) in cases.iter().zip(flagship_on_case_tiles(&cases)) {
         assert!(s.window_blocks(), "{}", c.name());
     }
 }
