@@ -762,9 +762,6 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal_packgqa(const __grid_cons
                                !first_pv);
     wgmma_commit();
   };
-  // Block n0's S of tile w has landed: mask it and fold it into the softmax. Without a mask
-  // only the sequence's last block can be partial, and it is a tile's first visited block: the
-  // main loop's blocks skip the test (`first` false).
   // A boundary block's mask bits, cached (kCachedMasks). They depend on the thread and on
   // the block's first key relative to the tile's first query's diagonal, `rel` = n0 - (q0 +
   // Sk - Sq): key n0 + c is visible to row r (query q0 + r', r' = r, or r / G packed) iff
@@ -785,6 +782,9 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n160_q1_causal_packgqa(const __grid_cons
   int mask_rel[2] = {-0x7fffffff - 1, -0x7fffffff - 1};  // the slots' keys (uniform; none yet), and their bits
   u32 mask_slot[2][2] = {};
   int mask_older = 0;
+  // Block n0's S of tile w has landed: mask it and fold it into the softmax. Without a mask
+  // only the sequence's last block can be partial, and it is a tile's first visited block: the
+  // main loop's blocks skip the test (`first` false).
   auto block_softmax = [&](const Tile& w, int n0, bool first) {
     fence_regs(s[0]);
     if constexpr (kSoftcap) softcap_block(s[0], p.softcap_scale);
