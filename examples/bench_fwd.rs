@@ -125,8 +125,9 @@ fn problem_of(shape: &Shape, small: bool) -> Result<Call, String> {
         ..
     } = shape;
     let b = if small { 1 } else { (16384 / s).max(1) };
+    // --once: two KV heads, each with its group (H 2 dense; a grouped call keeps whole groups).
     let h = if small {
-        2
+        2 * shape.group
     } else if d == 192 {
         16
     } else {
@@ -238,7 +239,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         return Ok(());
     }
-    // --once: one small launch (B 1, H 2); --one: one launch at the benchmark's shape.
+    // --once: one small launch (B 1, two KV heads); --one: one launch at the benchmark's shape.
     let small = args.get(1).is_some_and(|a| a == "--once");
     let once = small || args.get(1).is_some_and(|a| a == "--one");
     let rest = if once { &args[2..] } else { &args[1..] };

@@ -36,7 +36,7 @@ def main():
     out, arch, stems_file = sys.argv[1:4]
     variants = [a.split("=", 1) for a in sys.argv[4:]]
     with open(stems_file) as f:
-        stems = [s.strip() for s in f if s.strip() and not s.startswith("#")]
+        stems = sorted({s.strip() for s in f if s.strip() and not s.startswith("#")})
     first = None
     for name, gen_dir in variants:
         m = load(gen_dir, arch)

@@ -43,7 +43,9 @@ for step in $steps; do
     rm -f "$OUT/sass.tmp"
     ;;
   sanitize)
-    for args in "64,256,1" "128,384,0" "256,200,1" "192,130,0"; do
+    # One config per d, then the cached-mask kernels (kCachedMasks): a packed 192x80 window, an
+    # unpacked 128x128 window and a causal 128x128 tile with Sk = Sq.
+    for args in "64,256,1" "128,384,0" "256,200,1" "192,130,0" "64,2048,0,g8,w128" "128,3000,0,128,128,w300" "128,1000,1"; do
       for tool in memcheck racecheck; do
         # (No commas in the log's name: the device tool does not bring such files back.)
         log="$OUT/sanitize-$tool-${args//,/_}.log"

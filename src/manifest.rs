@@ -93,6 +93,8 @@ pub enum ManifestError {
     },
     #[error("{path} has manifest format {found}; this fa4gen reads format {FORMAT}")]
     Format { path: String, found: u32 },
+    #[error("{path} lists kernel {stem} more than once; a manifest names each kernel once")]
+    Duplicate { path: String, stem: String },
 }
 
 impl Manifest {
@@ -103,14 +105,25 @@ impl Manifest {
             path: p.clone(),
             source,
         })?;
-        let m: Manifest = serde_json::from_str(&text).map_err(|source| ManifestError::Parse {
-            path: p.clone(),
-            source,
-        })?;
+        let mut m: Manifest =
+            serde_json::from_str(&text).map_err(|source| ManifestError::Parse {
+                path: p.clone(),
+                source,
+            })?;
         if m.format != FORMAT {
             return Err(ManifestError::Format {
                 path: p,
                 found: m.format,
+            });
+        }
+        // `entry` searches by stem. The generator writes entries sorted; a manifest written by
+        // other tools (a hand-picked subset, an A/B root) need not be, and an unsorted list
+        // would hide some of its kernels from the search.
+        m.kernels.sort_by(|a, b| a.stem.cmp(&b.stem));
+        if let Some(w) = m.kernels.windows(2).find(|w| w[0].stem == w[1].stem) {
+            return Err(ManifestError::Duplicate {
+                path: p,
+                stem: w[0].stem.clone(),
             });
         }
         Ok(m)

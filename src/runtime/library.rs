@@ -177,6 +177,38 @@ mod tests {
         );
     }
 
+    /// A manifest listed out of stem order (an A/B root, a hand-picked subset) still serves
+    /// every kernel it names; one naming a kernel twice is refused.
+    #[test]
+    fn unsorted_manifest_serves_every_kernel_and_duplicates_are_refused() {
+        let dir = scratch("unsorted", b"x", b"x", Arch::Sm90);
+        let mut m = KernelLibrary::open(&dir).unwrap().manifest().clone();
+        let stems = [
+            "fwd.sm90.portable.bf16.d64x64.m64n64.q1",
+            "fwd.sm90.portable.bf16.d64x64.m128n128.q1.causal",
+            "fwd.sm90.portable.bf16.d128x128.m128n64.q1",
+        ];
+        for stem in stems {
+            let mut e = m.kernels[0].clone();
+            e.stem = stem.into();
+            m.kernels.push(e);
+        }
+        m.kernels.reverse(); // z..a: a binary search over this order misses most stems
+        std::fs::write(dir.join(crate::manifest::FILE_NAME), m.to_json()).unwrap();
+        let lib = KernelLibrary::open(&dir).unwrap();
+        for stem in stems.iter().chain([&STEM]) {
+            assert_eq!(lib.entry(stem).map(|e| e.stem.as_str()), Some(*stem));
+        }
+        m.kernels.push(m.kernels[1].clone());
+        std::fs::write(dir.join(crate::manifest::FILE_NAME), m.to_json()).unwrap();
+        let e = KernelLibrary::open(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("more than once") && e.contains(&m.kernels[1].stem),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn tampered_cubin_is_refused() {
         let dir = scratch("hash", b"\x7fELFevil!", b"\x7fELFcubin", Arch::Sm90);
