@@ -193,7 +193,7 @@ mod tests {
             e.stem = stem.into();
             m.kernels.push(e);
         }
-        m.kernels.reverse(); // z..a: a binary search over this order misses most stems
+        m.kernels.reverse(); // out of stem order: a binary search over it misses some stems
         std::fs::write(dir.join(crate::manifest::FILE_NAME), m.to_json()).unwrap();
         let lib = KernelLibrary::open(&dir).unwrap();
         for stem in stems.iter().chain([&STEM]) {
