@@ -5,13 +5,13 @@
 
 Compiles each stem from the working tree's templates (target/release/examples/compile_one,
 built beforehand: `cargo build --release --example compile_one`) and writes <out>/<arch>/ with
-those cubins and a manifest of just them: the base manifest's entries with each cubin's own
-sha256, size and resources. scripts/ab_roots.py then pairs it with the base (list the base
-first: its rendering hashes are the ones the staged binaries check)."""
+those cubins and a manifest of just them, each entry compile_one's (this tree's rendering hash,
+the cubin's own sha256, size and resources). scripts/ab_roots.py pairs it with the base (list
+the base first: its rendering hashes are the ones the staged binaries check); a stem the base
+lacks keeps this tree's hash, so stage binaries of this tree to load it."""
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 
@@ -27,20 +27,24 @@ def main():
     os.makedirs(dst, exist_ok=True)
     kernels = []
     for stem in stems:
+        for f in ("/tmp/k.cubin", "/tmp/k.entry.json"):
+            if os.path.exists(f):
+                os.remove(f)
         r = subprocess.run(["target/release/examples/compile_one", stem], capture_output=True, text=True)
-        res = re.search(r"registers: (\d+), spill_store_bytes: (\d+), spill_load_bytes: (\d+), stack_frame_bytes: (\d+)", r.stderr)
-        if r.returncode != 0 or res is None:
+        if r.returncode != 0 or not os.path.exists("/tmp/k.entry.json"):
             sys.exit(f"{stem}: {r.stderr}")
         with open("/tmp/k.cubin", "rb") as f:
             cubin = f.read()
+        with open("/tmp/k.entry.json") as f:
+            k = json.load(f)
+        assert k["cubin"]["sha256"] == hashlib.sha256(cubin).hexdigest()
         with open(os.path.join(dst, stem + ".cubin"), "wb") as f:
             f.write(cubin)
-        regs, st, ld, frame = map(int, res.groups())
-        k = dict(by_stem[stem])
-        k["cubin"] = dict(sha256=hashlib.sha256(cubin).hexdigest(), bytes=len(cubin),
-                          resources=dict(registers=regs, spill_store_bytes=st, spill_load_bytes=ld, stack_frame_bytes=frame))
+        if stem in by_stem:
+            k = dict(by_stem[stem], cubin=k["cubin"])
         kernels.append(k)
-        print(f"{stem}: {regs} registers, spills {st}/{ld} bytes")
+        res = k["cubin"].get("resources") or {}
+        print(f"{stem}: {res.get('registers')} registers, spills {res.get('spill_store_bytes')}/{res.get('spill_load_bytes')} bytes")
     with open(os.path.join(dst, "manifest.json"), "w") as f:
         json.dump(dict(m, kernels=kernels), f, indent=2)
 
