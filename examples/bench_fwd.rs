@@ -255,6 +255,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         use fa4gen::runtime::jit::Jit;
         fa.set_jit(Jit::new(Jit::default_dir()));
     }
+    // FA4GEN_PDL=0: forwards launched in plain stream order rather than as programmatic
+    // dependents of the kernel before them (the default).
+    fa.set_programmatic_launch(std::env::var("FA4GEN_PDL").map_or(true, |v| v != "0"));
     let l2_bytes = ctx
         .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?
         as usize;
@@ -399,18 +402,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let per_call = t0.elapsed().as_secs_f64() / n as f64;
             let window = env_s("FA4GEN_BENCH_WINDOW_S").unwrap_or(0.5);
             let iters = ((window / per_call) as usize).clamp(40, 2000);
-            let mut events = Vec::with_capacity(iters);
-            for it in 0..iters {
-                let (q, k, v, o) = &mut sets[it % copies];
+            // FA4GEN_BENCH_BATCH=1: the window's calls back to back between one pair of events
+            // (the mean per call: launch gaps and overlap between calls count as an engine sees
+            // them), instead of a pair of events around each call (their median).
+            if std::env::var("FA4GEN_BENCH_BATCH").is_ok_and(|v| v == "1") {
                 let (a, b) = (ctx.new_event(timing)?, ctx.new_event(timing)?);
                 a.record(&stream)?;
-                fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
+                for it in 0..iters {
+                    let (q, k, v, o) = &mut sets[it % copies];
+                    fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
+                }
                 b.record(&stream)?;
-                events.push((a, b));
-            }
-            stream.synchronize()?;
-            for (a, b) in &events {
-                times.push(a.elapsed_ms(b)? as f64);
+                stream.synchronize()?;
+                let per_call = a.elapsed_ms(&b)? as f64 / iters as f64;
+                times.extend(std::iter::repeat_n(per_call, iters));
+            } else {
+                let mut events = Vec::with_capacity(iters);
+                for it in 0..iters {
+                    let (q, k, v, o) = &mut sets[it % copies];
+                    let (a, b) = (ctx.new_event(timing)?, ctx.new_event(timing)?);
+                    a.record(&stream)?;
+                    fa.forward_varlen(&stream, &p, q, k, v, o, None, &extra)?;
+                    b.record(&stream)?;
+                    events.push((a, b));
+                }
+                stream.synchronize()?;
+                for (a, b) in &events {
+                    times.push(a.elapsed_ms(b)? as f64);
+                }
             }
         } else {
             for it in 0..10 {

@@ -345,6 +345,19 @@ pub unsafe extern "C" fn fa4gen_open(
     })
 }
 
+/// Launch forwards as programmatic dependents of the kernel before them (non-zero, the
+/// default) or in plain stream order (0): `FlashAttention::set_programmatic_launch`.
+///
+/// # Safety
+/// `h` null or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_set_programmatic_launch(h: *const Handle, on: i32) -> Status {
+    guard(|| {
+        handle_ref(h)?.fa.set_programmatic_launch(on != 0);
+        Ok(())
+    })
+}
+
 /// # Safety
 /// `h` null or an open handle not used concurrently by another thread during this call;
 /// `cache_dir` null or a NUL-terminated path.

@@ -69,7 +69,20 @@ pub struct Selection {
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
     /// library without it falls back to `select_table` (see `FlashAttention::plan`).
     pub decode_tile: bool,
+    /// A short call ([`PROGRAMMATIC_MAX_BLOCKS_PER_CTA`]): the runtime launches it as the
+    /// previous kernel's programmatic dependent (where the handle allows it).
+    pub programmatic: bool,
 }
+
+/// K blocks per CTA slot up to which a call launches as the previous kernel's programmatic
+/// dependent: its CTAs start, set up their shared memory and wait (`griddepcontrol.wait`)
+/// while that kernel's last CTAs run, which pays where the launch and prologue are a visible
+/// part of the call. H200, CUDA graphs of 10 calls, two rounds: window 128 at S 16k (41 blocks
+/// a CTA) 148 -> 140 us, gpt-oss's sliding layer +8%, decode B 1 4k +19%, B 8 4k +1.6%; long
+/// calls gained nothing, and lost where their CTAs then landed on the SMs in the order the
+/// previous kernel's left rather than the launch's own (d 128 16k causal, 993 blocks a CTA,
+/// -2.3%; unsplit decode B 1 32k, 512 blocks a CTA, -3.6%).
+pub const PROGRAMMATIC_MAX_BLOCKS_PER_CTA: u64 = 128;
 
 /// Keys from which dense calls, unmasked or causal, run in CTA pairs by default (`Problem::cta_pairs`).
 /// The halved L2 -> SM traffic pays where the calls run at the power cap, which sustained
@@ -510,6 +523,21 @@ pub fn select_with(
         && p.varlen.is_none()
         && p.lpt_rounds
             .unwrap_or(p.seqlen_k >= LPT_ROUNDS_MIN_KEYS && tiles / pair > grid.0 as usize / pair);
+    // The K blocks the call's CTAs visit, per CTA slot (varlen: every sequence as the longest).
+    let queries_per_tile = if pack_gqa {
+        spec.block_m() as usize / v.group.max(1)
+    } else {
+        spec.block_m() as usize
+    }
+    .max(1);
+    let blocks_per_head = if spec.window_blocks() {
+        shape.visited_window_blocks(queries_per_tile, spec.tile_n as usize)
+    } else {
+        shape.visited_blocks(queries_per_tile, spec.tile_n as usize)
+    };
+    let ctas = grid.0 as u64 * grid.1 as u64 * grid.2 as u64;
+    let slots = (device.sm_count * spec.ctas_per_sm()).max(1) as u64;
+    let blocks_per_cta = blocks_per_head * (heads * p.batch) as u64 / ctas.clamp(1, slots);
     Ok(Selection {
         spec,
         grid,
@@ -520,6 +548,7 @@ pub fn select_with(
         lpt_rounds,
         tiles,
         decode_tile: decode && class.decode(rows, decode_keys) == Some(spec),
+        programmatic: blocks_per_cta <= PROGRAMMATIC_MAX_BLOCKS_PER_CTA,
     })
 }
 
@@ -564,6 +593,27 @@ mod tests {
             );
             assert_eq!(sel(&p, &H200).spec.q_stage, 1);
         }
+    }
+
+    #[test]
+    fn short_calls_launch_programmatically() {
+        let with = |b, sq, sk, h, hkv, d, mask: &dyn Fn(&mut Problem)| {
+            let mut p = Problem::new(DType::Bf16, b, sq, sk, h, hkv, d, d);
+            mask(&mut p);
+            sel(&p, &H200).programmatic
+        };
+        let causal = |p: &mut Problem| p.causal = true;
+        let window = |p: &mut Problem| p.window = (Some(127), Some(0));
+        let none = |_: &mut Problem| {};
+        // gpt-oss's sliding layer at 16k (41 blocks a CTA), decode, a short dense call.
+        assert!(with(1, 16384, 16384, 32, 4, 64, &window));
+        assert!(with(1, 1, 4096, 32, 8, 128, &none));
+        assert!(with(32, 512, 512, 16, 16, 128, &none));
+        // Long calls keep the launch's own placement of their CTAs.
+        assert!(!with(1, 16384, 16384, 16, 16, 128, &causal));
+        assert!(!with(1, 1, 32768, 32, 8, 128, &|p: &mut Problem| p
+            .num_splits =
+            1));
     }
 
     #[test]

@@ -1222,3 +1222,111 @@ fn bad_buffers_are_refused() {
     let e = FlashAttention::new(_ctx.clone(), kernels_root().join("sm100f")).err();
     assert!(e.is_some_and(|e| e.to_string().contains("sm100f")));
 }
+
+/// Short forwards launched as programmatic dependents (the default) start while the kernel
+/// before them still runs, so each must wait for it before touching global memory. A chain in which
+/// each call's output is the next call's Q (and the call after overwrites the buffer this one
+/// read) gives a racing kernel every chance to read a half-written Q or clobber a Q still being
+/// read: its results must equal the same chain's in plain stream order, bit for bit.
+#[test]
+fn programmatic_chains_match_stream_order() {
+    let Some((_ctx, stream, fa)) = setup() else {
+        return;
+    };
+    let mut rng = StdRng::seed_from_u64(run_seed());
+    // (label, problem): d == dv so that an output can be the next Q.
+    let mut cases = Vec::new();
+    let mut p = Problem::new(DType::Bf16, 2, 2048, 2048, 8, 8, 128, 128);
+    p.causal = true;
+    cases.push(("d128 causal 2k (flagship)", p));
+    let mut p = Problem::new(DType::Bf16, 1, 4096, 4096, 8, 8, 128, 128);
+    p.causal = true;
+    cases.push(("d128 causal 4k (flagship, pairs)", p));
+    let mut p = Problem::new(DType::Bf16, 1, 4096, 4096, 16, 2, 64, 64);
+    p.window = (Some(127), Some(0));
+    cases.push(("d64 G8 window 128 (flagship, packed)", p));
+    cases.push((
+        "d256 full 1k (flagship)",
+        Problem::new(DType::Bf16, 1, 1024, 1024, 4, 4, 256, 256),
+    ));
+    cases.push((
+        "d128 decode 8k keys (split-KV + combine)",
+        Problem::new(DType::Bf16, 1, 1, 8192, 8, 8, 128, 128),
+    ));
+    cases.push((
+        "d128 12 x 300 (portable)",
+        Problem::new(DType::Bf16, 3, 12, 300, 4, 4, 128, 128),
+    ));
+    const STEPS: usize = 6;
+    let mut failures = Vec::new();
+    for (label, mut p) in cases {
+        p.return_lse = true;
+        let (_, sel) = fa.plan(&p).unwrap_or_else(|e| panic!("{label}: {e}"));
+        let kernel = sel.spec.stem();
+        if !sel.programmatic {
+            failures.push(format!("{label} ({kernel}): not a programmatic launch"));
+        }
+        let (b, sq, sk, h, hkv, d) = (
+            p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv, p.head_dim,
+        );
+        let q0 = reference::encode(p.dtype, &randn(&mut rng, p.dtype, b * sq * h * d));
+        let k = stream
+            .clone_htod(&reference::encode(
+                p.dtype,
+                &randn(&mut rng, p.dtype, b * sk * hkv * d),
+            ))
+            .unwrap();
+        let v = stream
+            .clone_htod(&reference::encode(
+                p.dtype,
+                &randn(&mut rng, p.dtype, b * sk * hkv * d),
+            ))
+            .unwrap();
+        let chain = |programmatic: bool| -> Vec<u16> {
+            fa.set_programmatic_launch(programmatic);
+            let mut x = stream.clone_htod(&q0).unwrap();
+            let mut y = stream
+                .clone_htod(&vec![reference::nan_bits(p.dtype); q0.len()])
+                .unwrap();
+            let mut lse = stream.alloc_zeros::<f32>(b * h * sq).unwrap();
+            // Loaded, workspace made: the chain's calls then follow each other with no host
+            // work between them on the device's side.
+            let mut scratch = stream.alloc_zeros::<u16>(q0.len()).unwrap();
+            fa.forward(&stream, &p, &x, &k, &v, &mut scratch, Some(&mut lse))
+                .unwrap();
+            stream.synchronize().unwrap();
+            for i in 0..STEPS {
+                let (src, dst) = if i.is_multiple_of(2) {
+                    (&x, &mut y)
+                } else {
+                    (&y, &mut x)
+                };
+                fa.forward(&stream, &p, src, &k, &v, dst, Some(&mut lse))
+                    .unwrap_or_else(|e| panic!("{label}: forward: {e}"));
+            }
+            let last = if STEPS.is_multiple_of(2) { &x } else { &y };
+            stream.clone_dtoh(last).unwrap()
+        };
+        let plain = chain(false);
+        let overlapped: Vec<Vec<u16>> = (0..3).map(|_| chain(true)).collect();
+        fa.set_programmatic_launch(true);
+        let vals = reference::decode(p.dtype, &plain);
+        if let Some(i) = vals.iter().position(|x| !x.is_finite()) {
+            failures.push(format!(
+                "{label} ({kernel}): plain chain out[{i}] = {}",
+                vals[i]
+            ));
+        }
+        for (r, got) in overlapped.iter().enumerate() {
+            if *got != plain {
+                let n = got.iter().zip(&plain).filter(|(a, b)| a != b).count();
+                failures.push(format!(
+                    "{label} ({kernel}): programmatic chain {r} differs from stream order in {n} of {} elements",
+                    plain.len()
+                ));
+            }
+        }
+        println!("{label}: {kernel}: {STEPS} chained calls, 3 programmatic chains = stream order");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -19,6 +19,7 @@
 #include "fa4gen/online_softmax.cuh"
 #include "fa4gen/seqlens.cuh"
 #include "fa4gen/smem_tile.cuh"
+#include "fa4gen/grid_dependency.cuh"  // launched as the previous kernel's programmatic dependent
 #include "fa4gen/softcap.cuh"
 
 namespace {
@@ -165,6 +166,11 @@ fa4gen_fwd_sm120_portable_bf16_d128x128_m128n64_q1(const __grid_constant__ FwdPa
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // MMA fragment row group and column pair
+  // Launched as the previous kernel's programmatic dependent, this grid may start while that one
+  // still runs: nothing global is touched before the wait. The next kernel may launch at once
+  // (its CTAs take SMs only as this grid's last ones finish; the combine waits for the partials).
+  grid_dependency_wait();
+  grid_dependency_launch();
 
   // ---- which sequence, rows, head and keys ----
   const int batch = kSplit ? blockIdx.z / p.num_splits : blockIdx.z;

@@ -105,6 +105,8 @@ def _load():
         lib.fa4gen_workspace_bytes.restype = ctypes.c_int
         lib.fa4gen_enable_jit.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
         lib.fa4gen_enable_jit.restype = ctypes.c_int
+        lib.fa4gen_set_programmatic_launch.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+        lib.fa4gen_set_programmatic_launch.restype = ctypes.c_int
         lib.fa4gen_supports.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)]
         lib.fa4gen_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem), ctypes.c_char_p, ctypes.c_uint64]
         lib.fa4gen_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)] + [ctypes.c_void_p] * 6
@@ -144,6 +146,9 @@ def _handle(device):
             if os.environ.get("FA4GEN_JIT") == "1":
                 # Kernels no plan ships compile at first use (NVRTC), cached on disk.
                 _check(lib.fa4gen_enable_jit(out, None))
+            if os.environ.get("FA4GEN_PDL") == "0":
+                # Forwards in plain stream order, not as programmatic dependents (the default).
+                _check(lib.fa4gen_set_programmatic_launch(out, 0))
             h = _handles[index] = out
     return h
 

@@ -3,6 +3,7 @@
 //! per spec, validates buffers and launches on the caller's stream.
 
 use super::error::{DriverCall, Error};
+use super::launch::LaunchMode;
 use super::library::KernelLibrary;
 use super::problem::{Problem, Validated};
 use crate::params::FwdParams;
@@ -15,6 +16,7 @@ use cudarc::driver::{
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// (bytes, partial-O elements) of the split-KV scratch for `splits` (0 bytes when unsplit).
@@ -114,6 +116,9 @@ pub struct FlashAttention {
     workspaces: Mutex<HashMap<usize, Workspace>>,
     /// Causal runs' unit orders (`Selection::lpt_rounds`) per schedule and slots.
     orders: Mutex<Orders>,
+    /// Forwards launched as the previous kernel's programmatic dependents (on by default; see
+    /// [`set_programmatic_launch`](Self::set_programmatic_launch)).
+    programmatic: AtomicBool,
     #[cfg(feature = "jit")]
     jit: Option<super::jit::Jit>,
 }
@@ -195,9 +200,21 @@ impl FlashAttention {
             cache: Mutex::new(HashMap::new()),
             workspaces: Mutex::new(HashMap::new()),
             orders: Mutex::new(Orders::default()),
+            programmatic: AtomicBool::new(true),
             #[cfg(feature = "jit")]
             jit: None,
         })
+    }
+
+    /// Launch short forwards (`Selection::programmatic`) as programmatic dependents of the
+    /// kernel before them on the stream (the default): their CTAs may then start, set up
+    /// their shared memory and wait while that kernel finishes, rather than after it has
+    /// drained, and the kernel after a forward may start as the forward's last CTAs run, if
+    /// launched so itself. Every fa4gen kernel waits for the previous grid
+    /// (`griddepcontrol.wait`) before it touches global memory, so results are the same
+    /// either way. Off: every forward in plain stream order.
+    pub fn set_programmatic_launch(&self, on: bool) {
+        self.programmatic.store(on, Ordering::Relaxed);
     }
 
     /// Compile kernels the library lacks at first use, caching them on disk (`jit` feature).
@@ -609,30 +626,24 @@ impl FlashAttention {
             }
             None => 1,
         };
+        let mode = LaunchMode {
+            cluster: if pairs { super::cluster::PAIR } else { 1 },
+            programmatic: sel.programmatic && self.programmatic.load(Ordering::Relaxed),
+        };
         // SAFETY: the function was loaded from a verified cubin of this spec; its parameters
         // are an fa4::FwdParams, whose layout the kernel static_asserts against this struct,
-        // and for the wgmma kernel its TmaMaps (four CUtensorMaps, the same order).
+        // and for the wgmma kernel its TmaMaps (four CUtensorMaps, the same order); every
+        // forward kernel waits for the previous grid before it touches global memory.
         unsafe {
-            if pairs {
-                super::cluster::launch_pairs(
-                    kernel.func.cu_function(),
-                    grid.0,
-                    kernel.threads,
-                    kernel.smem_bytes,
-                    stream,
-                    &mut args[..nargs],
-                )?;
-            } else {
-                cudarc::driver::result::launch_kernel(
-                    kernel.func.cu_function(),
-                    grid,
-                    (kernel.threads, 1, 1),
-                    kernel.smem_bytes,
-                    stream,
-                    &mut args[..nargs],
-                )
-                .call("cuLaunchKernel")?;
-            }
+            super::launch::launch(
+                kernel.func.cu_function(),
+                grid,
+                kernel.threads,
+                kernel.smem_bytes,
+                stream,
+                mode,
+                &mut args[..nargs],
+            )?;
         }
         if kernel.combine.is_some() {
             self.launch_combine(&kernel, problem, &params, stream)?;
@@ -665,12 +676,16 @@ impl FlashAttention {
         // fa4::FwdParams; it runs after the forward on the same stream, as its programmatic
         // dependent, and waits for that grid before reading the partials.
         unsafe {
-            super::launch::launch_dependent(
+            super::launch::launch(
                 combine.cu_function(),
                 grid,
                 COMBINE_THREADS,
                 0,
                 stream,
+                LaunchMode {
+                    cluster: 1,
+                    programmatic: true,
+                },
                 &mut args,
             )
         }

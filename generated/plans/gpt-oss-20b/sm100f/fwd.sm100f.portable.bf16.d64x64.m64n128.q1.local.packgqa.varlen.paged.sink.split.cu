@@ -21,9 +21,9 @@
 #include "fa4gen/online_softmax.cuh"
 #include "fa4gen/seqlens.cuh"
 #include "fa4gen/smem_tile.cuh"
+#include "fa4gen/grid_dependency.cuh"  // launched as the previous kernel's programmatic dependent
 #include "fa4gen/softcap.cuh"
-#include "fa4gen/block_reduce.cuh"     // the combine's reductions
-#include "fa4gen/grid_dependency.cuh"  // the combine launches as the split kernel's dependent
+#include "fa4gen/block_reduce.cuh"  // the combine's reductions
 
 namespace {
 
@@ -169,6 +169,11 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m64n128_q1_local_packgqa_varlen_paged_sin
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;  // MMA fragment row group and column pair
+  // Launched as the previous kernel's programmatic dependent, this grid may start while that one
+  // still runs: nothing global is touched before the wait. The next kernel may launch at once
+  // (its CTAs take SMs only as this grid's last ones finish; the combine waits for the partials).
+  grid_dependency_wait();
+  grid_dependency_launch();
 
   // ---- which sequence, rows, head and keys ----
   const int batch = kSplit ? blockIdx.z / p.num_splits : blockIdx.z;
@@ -332,8 +337,6 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m64n128_q1_local_packgqa_varlen_paged_sin
 
     if (warp_active()) gemm_pv(o, pa, VRows::in_loop(v_lane));
   }
-
-  grid_dependency_launch();  // the combine may launch now: it waits for this grid's partials
 
   if constexpr (kWarpsN > 1) {
     // ---- the key-split warps meet: warps 1.. hand their row states and O to warp 0 ----

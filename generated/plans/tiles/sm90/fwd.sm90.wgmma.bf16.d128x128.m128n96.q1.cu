@@ -38,6 +38,7 @@
 #include "fa4gen/dtype.cuh"
 #include "fa4gen/fast_divmod.cuh"
 #include "fa4gen/fwd_params.cuh"
+#include "fa4gen/grid_dependency.cuh"
 #include "fa4gen/ldmatrix.cuh"
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mbarrier.cuh"
@@ -603,6 +604,11 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n96_q1(const __grid_constant__ FwdParams
   // The partner's loads and arrivals reach these barriers: both CTAs' must be initialised.
   cluster_sync();
 
+  // Launched as the previous kernel's programmatic dependent, this grid may start while that one
+  // still runs: the barriers above are this CTA's own; global memory waits. The next kernel may
+  // launch at once: its CTAs take SMs only as this grid's finish (all of this grid's are placed).
+  grid_dependency_wait();
+  grid_dependency_launch();
   if (wg == 0) {
     // ================= producer =================
     setmaxnreg_dec<kProducerRegs>();
