@@ -69,19 +69,22 @@ pub struct Selection {
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
     /// library without it falls back to `select_table` (see `FlashAttention::plan`).
     pub decode_tile: bool,
-    /// A short call ([`PROGRAMMATIC_MAX_BLOCKS_PER_CTA`]): the runtime launches it as the
-    /// previous kernel's programmatic dependent (where the handle allows it).
+    /// A short call without causal runs ([`PROGRAMMATIC_MAX_BLOCKS_PER_CTA`]): the runtime
+    /// launches it as the previous kernel's programmatic dependent (where the handle allows it).
     pub programmatic: bool,
 }
 
-/// K blocks per CTA slot up to which a call launches as the previous kernel's programmatic
-/// dependent: its CTAs start, set up their shared memory and wait (`griddepcontrol.wait`)
-/// while that kernel's last CTAs run, which pays where the launch and prologue are a visible
-/// part of the call. H200, CUDA graphs of 10 calls, two rounds: window 128 at S 16k (41 blocks
-/// a CTA) 148 -> 140 us, gpt-oss's sliding layer +8%, decode B 1 4k +19%, B 8 4k +1.6%; long
-/// calls gained nothing, and lost where their CTAs then landed on the SMs in the order the
-/// previous kernel's left rather than the launch's own (d 128 16k causal, 993 blocks a CTA,
-/// -2.3%; unsplit decode B 1 32k, 512 blocks a CTA, -3.6%).
+/// K blocks per CTA slot up to which a call without causal runs launches as the previous
+/// kernel's programmatic dependent: its CTAs start, set up their shared memory and wait
+/// (`griddepcontrol.wait`) while that kernel's last CTAs run, which pays where the launch and
+/// prologue are a visible part of the call. H200, CUDA graphs of 20 calls, on and off
+/// replayed alternately 40 times in one process (`python/tests/pdl_ab.py`), median paired
+/// gain: decode B 1 4k split +2.5% (10.42 -> 10.17 us), window 128 at S 16k (41 blocks a CTA)
+/// +1.2%, gpt-oss's sliding layer +0.5%, decode B 8 4k and d 128 512 full 0.0%. Where the CTAs'
+/// placement matters it loses: they land on the SMs in the order the previous kernel's CTAs
+/// leave rather than the launch's own, which the causal runs' L2 sharing feels (d 128 1k
+/// causal -0.35%; 16k causal, 993 blocks a CTA, -2.3% event-timed), as does an unsplit long
+/// decode (B 1 32k, 512 blocks a CTA, -3.6%).
 pub const PROGRAMMATIC_MAX_BLOCKS_PER_CTA: u64 = 128;
 
 /// Keys from which dense calls, unmasked or causal, run in CTA pairs by default (`Problem::cta_pairs`).
@@ -548,7 +551,7 @@ pub fn select_with(
         lpt_rounds,
         tiles,
         decode_tile: decode && class.decode(rows, decode_keys) == Some(spec),
-        programmatic: blocks_per_cta <= PROGRAMMATIC_MAX_BLOCKS_PER_CTA,
+        programmatic: run == 0 && blocks_per_cta <= PROGRAMMATIC_MAX_BLOCKS_PER_CTA,
     })
 }
 
@@ -609,8 +612,9 @@ mod tests {
         assert!(with(1, 16384, 16384, 32, 4, 64, &window));
         assert!(with(1, 1, 4096, 32, 8, 128, &none));
         assert!(with(32, 512, 512, 16, 16, 128, &none));
-        // Long calls keep the launch's own placement of their CTAs.
+        // Long calls and causal runs keep the launch's own placement of their CTAs.
         assert!(!with(1, 16384, 16384, 16, 16, 128, &causal));
+        assert!(!with(16, 1024, 1024, 16, 16, 128, &causal));
         assert!(!with(1, 1, 32768, 32, 8, 128, &|p: &mut Problem| p
             .num_splits =
             1));

@@ -1230,18 +1230,32 @@ fn bad_buffers_are_refused() {
 /// read: its results must equal the same chain's in plain stream order, bit for bit.
 #[test]
 fn programmatic_chains_match_stream_order() {
-    let Some((_ctx, stream, fa)) = setup() else {
+    // (The jit: no plan ships the decode case's split kernel.)
+    let Some((_ctx, stream, fa)) = setup_jit() else {
         return;
     };
     let mut rng = StdRng::seed_from_u64(run_seed());
     // (label, problem): d == dv so that an output can be the next Q.
     let mut cases = Vec::new();
+    // (Causal runs launch in stream order: see select::PROGRAMMATIC_MAX_BLOCKS_PER_CTA.)
     let mut p = Problem::new(DType::Bf16, 2, 2048, 2048, 8, 8, 128, 128);
     p.causal = true;
-    cases.push(("d128 causal 2k (flagship)", p));
-    let mut p = Problem::new(DType::Bf16, 1, 4096, 4096, 8, 8, 128, 128);
+    p.pack_gqa = Some(false);
+    cases.push((
+        "d128 full 2k (flagship)",
+        Problem {
+            causal: false,
+            ..p.clone()
+        },
+    ));
+    let mut p = Problem::new(DType::Bf16, 1, 4096, 4096, 8, 2, 128, 128);
     p.causal = true;
-    cases.push(("d128 causal 4k (flagship, pairs)", p));
+    p.pack_gqa = Some(true);
+    cases.push(("d128 G4 causal 4k (flagship, packed)", p));
+    cases.push((
+        "d128 full 4k (flagship, pairs)",
+        Problem::new(DType::Bf16, 1, 4096, 4096, 4, 4, 128, 128),
+    ));
     let mut p = Problem::new(DType::Bf16, 1, 4096, 4096, 16, 2, 64, 64);
     p.window = (Some(127), Some(0));
     cases.push(("d64 G8 window 128 (flagship, packed)", p));
@@ -1249,10 +1263,9 @@ fn programmatic_chains_match_stream_order() {
         "d256 full 1k (flagship)",
         Problem::new(DType::Bf16, 1, 1024, 1024, 4, 4, 256, 256),
     ));
-    cases.push((
-        "d128 decode 8k keys (split-KV + combine)",
-        Problem::new(DType::Bf16, 1, 1, 8192, 8, 8, 128, 128),
-    ));
+    let mut p = Problem::new(DType::Bf16, 1, 1, 8192, 8, 8, 128, 128);
+    p.num_splits = 0; // as many as selection likes
+    cases.push(("d128 decode 8k keys (split-KV + combine)", p));
     cases.push((
         "d128 12 x 300 (portable)",
         Problem::new(DType::Bf16, 3, 12, 300, 4, 4, 128, 128),
@@ -1262,7 +1275,7 @@ fn programmatic_chains_match_stream_order() {
     for (label, mut p) in cases {
         p.return_lse = true;
         let (_, sel) = fa.plan(&p).unwrap_or_else(|e| panic!("{label}: {e}"));
-        let kernel = sel.spec.stem();
+        let kernel = format!("{} ({} splits)", sel.spec.stem(), sel.num_splits);
         if !sel.programmatic {
             failures.push(format!("{label} ({kernel}): not a programmatic launch"));
         }
