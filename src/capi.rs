@@ -661,6 +661,11 @@ mod tests {
                 ),
                 Status::InvalidArgument
             );
+            assert_eq!(
+                fa4gen_set_programmatic_launch(std::ptr::null(), 0),
+                Status::InvalidArgument
+            );
+            assert!(last_error().contains("handle"), "{}", last_error());
             fa4gen_close(std::ptr::null_mut());
             fa4gen_problem_init(std::ptr::null_mut(), 0, 1, 1, 1, 1, 1, 8, 8);
         }
