@@ -104,9 +104,10 @@ void fa4gen_close(fa4gen_handle* h);
  * without the `jit` feature. Call before sharing the handle between threads. */
 fa4gen_status fa4gen_enable_jit(fa4gen_handle* h, const char* cache_dir);
 
-/* Launch forwards as programmatic dependents of the kernel before them on the stream (on != 0,
- * the default): a forward's CTAs start and set up while that kernel finishes, and wait for it
- * (griddepcontrol.wait) before touching global memory. 0: plain stream order. */
+/* Launch short forwards (decode, sliding windows, small prefill: at most 128 K blocks per CTA
+ * slot, no causal runs) as programmatic dependents of the kernel before them on the stream
+ * (on != 0, the default): their CTAs start and set up while that kernel finishes, and wait for
+ * it (griddepcontrol.wait) before touching global memory. 0: every forward in stream order. */
 fa4gen_status fa4gen_set_programmatic_launch(const fa4gen_handle* h, int32_t on);
 
 /* FA4GEN_OK if fa4gen_forward would run this problem (validation, selection, kernel present). */

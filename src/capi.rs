@@ -345,8 +345,9 @@ pub unsafe extern "C" fn fa4gen_open(
     })
 }
 
-/// Launch forwards as programmatic dependents of the kernel before them (non-zero, the
-/// default) or in plain stream order (0): `FlashAttention::set_programmatic_launch`.
+/// Launch short forwards (`Selection::programmatic`) as programmatic dependents of the kernel
+/// before them (non-zero, the default), or every forward in plain stream order (0):
+/// `FlashAttention::set_programmatic_launch`.
 ///
 /// # Safety
 /// `h` null or an open handle.

@@ -79,8 +79,9 @@ pub struct Selection {
 /// (`griddepcontrol.wait`) while that kernel's last CTAs run, which pays where the launch and
 /// prologue are a visible part of the call. H200, CUDA graphs of 20 calls, on and off
 /// replayed alternately 40 times in one process (`python/tests/pdl_ab.py`), median paired
-/// gain: decode B 1 4k split +2.5% (10.42 -> 10.17 us), window 128 at S 16k (41 blocks a CTA)
-/// +1.2%, gpt-oss's sliding layer +0.5%, decode B 8 4k and d 128 512 full 0.0%. Where the CTAs'
+/// gain in three runs: decode B 1 4k split +2.1-2.5% (10.26 -> 10.00 us), window 128 at S 16k
+/// (41 blocks a CTA) +1.1-1.2%, gpt-oss's sliding layer +0.4-0.5%, decode B 8 4k and d 128 512
+/// full 0.0-0.4%. Where the CTAs'
 /// placement matters it loses: they land on the SMs in the order the previous kernel's CTAs
 /// leave rather than the launch's own, which the causal runs' L2 sharing feels (d 128 1k
 /// causal -0.35%; 16k causal, 993 blocks a CTA, -2.3% event-timed), as does an unsplit long
@@ -540,7 +541,8 @@ pub fn select_with(
     };
     let ctas = grid.0 as u64 * grid.1 as u64 * grid.2 as u64;
     let slots = (device.sm_count * spec.ctas_per_sm()).max(1) as u64;
-    let blocks_per_cta = blocks_per_head * (heads * p.batch) as u64 / ctas.clamp(1, slots);
+    let blocks_per_cta =
+        blocks_per_head.saturating_mul((heads * p.batch) as u64) / ctas.clamp(1, slots);
     Ok(Selection {
         spec,
         grid,

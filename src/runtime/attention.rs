@@ -210,9 +210,10 @@ impl FlashAttention {
     /// kernel before them on the stream (the default): their CTAs may then start, set up
     /// their shared memory and wait while that kernel finishes, rather than after it has
     /// drained, and the kernel after a forward may start as the forward's last CTAs run, if
-    /// launched so itself. Every fa4gen kernel waits for the previous grid
-    /// (`griddepcontrol.wait`) before it touches global memory, so results are the same
-    /// either way. Off: every forward in plain stream order.
+    /// launched so itself. Every fa4gen kernel (forwards, the split-KV combine) waits for the
+    /// previous grid (`griddepcontrol.wait`) before it touches global memory, so results are
+    /// the same either way. Off: every forward in plain stream order (the combine still
+    /// follows its split kernel programmatically).
     pub fn set_programmatic_launch(&self, on: bool) {
         self.programmatic.store(on, Ordering::Relaxed);
     }

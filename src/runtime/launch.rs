@@ -6,8 +6,9 @@
 //! every CTA of that one has called `grid_dependency_launch` (fa4gen/grid_dependency.cuh) or
 //! exited; it must call `grid_dependency_wait` before it touches global memory the previous
 //! kernel may read or write. Every forward kernel and the split-KV combine do so first thing
-//! (after their shared-memory setup), so a forward overlaps its launch and prologue with the
-//! previous kernel's tail; inside a CUDA graph the edge becomes programmatic.
+//! (the flagship after setting up its shared-memory barriers), so a short forward
+//! (`Selection::programmatic`) overlaps its launch and prologue with the previous kernel's
+//! tail; inside a CUDA graph the edge becomes programmatic.
 
 use super::error::{DriverCall, Error};
 use cudarc::driver::sys;

@@ -560,7 +560,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_local_lse_paged(const __grid_cons
 
   // Launched as the previous kernel's programmatic dependent, this grid may start while that one
   // still runs: the barriers above are this CTA's own; global memory waits. The next kernel may
-  // launch at once: its CTAs take SMs only as this grid's finish (all of this grid's are placed).
+  // launch at once (its CTAs take SMs this grid leaves free or frees, and wait for this grid).
   grid_dependency_wait();
   grid_dependency_launch();
   if (wg == 0) {

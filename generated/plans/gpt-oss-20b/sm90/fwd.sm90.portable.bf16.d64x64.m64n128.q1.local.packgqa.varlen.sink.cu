@@ -168,7 +168,8 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m64n128_q1_local_packgqa_varlen_sink(const 
   const int g = lane / 4, t = lane % 4;  // MMA fragment row group and column pair
   // Launched as the previous kernel's programmatic dependent, this grid may start while that one
   // still runs: nothing global is touched before the wait. The next kernel may launch at once
-  // (its CTAs take SMs only as this grid's last ones finish; the combine waits for the partials).
+  // (its CTAs take SMs this grid leaves free or frees; each waits for this grid, as the combine
+  // waits for the partials).
   grid_dependency_wait();
   grid_dependency_launch();
 

@@ -549,7 +549,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse_packgqa(const __grid_
 
   // Launched as the previous kernel's programmatic dependent, this grid may start while that one
   // still runs: the barriers above are this CTA's own; global memory waits. The next kernel may
-  // launch at once: its CTAs take SMs only as this grid's finish (all of this grid's are placed).
+  // launch at once (its CTAs take SMs this grid leaves free or frees, and wait for this grid).
   grid_dependency_wait();
   grid_dependency_launch();
   if (wg == 0) {

@@ -171,7 +171,8 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_packgqa_split(const __g
   const int g = lane / 4, t = lane % 4;  // MMA fragment row group and column pair
   // Launched as the previous kernel's programmatic dependent, this grid may start while that one
   // still runs: nothing global is touched before the wait. The next kernel may launch at once
-  // (its CTAs take SMs only as this grid's last ones finish; the combine waits for the partials).
+  // (its CTAs take SMs this grid leaves free or frees; each waits for this grid, as the combine
+  // waits for the partials).
   grid_dependency_wait();
   grid_dependency_launch();
 
@@ -478,9 +479,12 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_packgqa_split_combine(c
   __shared__ float scratch[kCombineThreads / 32];
   const int tid = threadIdx.x;
   const int batch = blockIdx.z, head = blockIdx.y, i = blockIdx.x;
+  // Launched as the split kernel's programmatic dependent (or combine_raw's, after any kernel):
+  // the partials, and the sequence lengths below, are complete and visible after this.
+  grid_dependency_wait();
+  grid_dependency_launch();
   const Seq seq(p, batch);
   if (i >= seq.seqlen_q) return;
-  grid_dependency_wait();  // the partials are the split kernel's: complete and visible after this
   const int splits = p.num_splits;
 
   // ---- the first batch of O loads, in flight during the LSE reductions ----
