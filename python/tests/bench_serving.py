@@ -46,8 +46,8 @@ def copies_for(nbytes):
     return max(1, min(8, -(-3 * L2 // max(nbytes, 1))))
 
 
-def graph_time_ms(fn, n_args, calls=10, replays=15):
-    """Median GPU time per call of fn(i) (i selects the input copy), from CUDA graph replays."""
+def capture_graph(fn, n_args, calls):
+    """A CUDA graph of `calls` calls fn(i) (i selects the input copy), replayed once."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -61,6 +61,12 @@ def graph_time_ms(fn, n_args, calls=10, replays=15):
             fn(i % n_args)
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_time_ms(fn, n_args, calls=10, replays=15):
+    """Median GPU time per call of fn(i) (i selects the input copy), from CUDA graph replays."""
+    g = capture_graph(fn, n_args, calls)
     ts = []
     for _ in range(replays):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

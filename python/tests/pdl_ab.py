@@ -15,6 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import fa4gen  # noqa: E402
+from bench_serving import capture_graph  # noqa: E402
 
 DEV, BF = "cuda", torch.bfloat16
 L2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -24,23 +25,6 @@ CALLS, ROUNDS = int(os.environ.get("CALLS", "20")), int(os.environ.get("ROUNDS",
 def set_pdl(on):
     h = fa4gen._handle(torch.device(DEV))
     fa4gen._check(fa4gen._lib.fa4gen_set_programmatic_launch(h, 1 if on else 0))
-
-
-def capture(fn, n):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for i in range(3):
-            fn(i % n)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(CALLS):
-            fn(i % n)
-    g.replay()
-    torch.cuda.synchronize()
-    return g
 
 
 def timed(g):
@@ -59,9 +43,9 @@ def shape(name, b, sq, sk, h, hkv, d, **kw):
     vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
     fn = lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], **kw)  # noqa: E731
     set_pdl(True)
-    g_on = capture(fn, n)
+    g_on = capture_graph(fn, n, CALLS)
     set_pdl(False)
-    g_off = capture(fn, n)
+    g_off = capture_graph(fn, n, CALLS)
     set_pdl(True)
     on, off, ratio = [], [], []
     for r in range(ROUNDS):
