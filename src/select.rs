@@ -81,11 +81,10 @@ pub struct Selection {
 /// replayed alternately 40 times in one process (`python/tests/pdl_ab.py`), median paired
 /// gain in three runs: decode B 1 4k split +2.1-2.5% (10.26 -> 10.00 us), window 128 at S 16k
 /// (41 blocks a CTA) +1.1-1.2%, gpt-oss's sliding layer +0.4-0.5%, decode B 8 4k and d 128 512
-/// full 0.0-0.4%. Where the CTAs'
-/// placement matters it loses: they land on the SMs in the order the previous kernel's CTAs
-/// leave rather than the launch's own, which the causal runs' L2 sharing feels (d 128 1k
-/// causal -0.35%; 16k causal, 993 blocks a CTA, -2.3% event-timed), as does an unsplit long
-/// decode (B 1 32k, 512 blocks a CTA, -3.6%).
+/// full 0.0-0.4%. Where the CTAs' placement matters it loses: they land on the SMs in the order
+/// the previous kernel's CTAs leave rather than the launch's own, which the causal runs' L2
+/// sharing feels (d 128 1k causal -0.35%; 16k causal, 993 blocks a CTA, -2.3% event-timed), as
+/// does an unsplit long decode (B 1 32k, 512 blocks a CTA, -3.6%).
 pub const PROGRAMMATIC_MAX_BLOCKS_PER_CTA: u64 = 128;
 
 /// Keys from which dense calls, unmasked or causal, run in CTA pairs by default (`Problem::cta_pairs`).
@@ -610,6 +609,7 @@ mod tests {
         let causal = |p: &mut Problem| p.causal = true;
         let window = |p: &mut Problem| p.window = (Some(127), Some(0));
         let none = |_: &mut Problem| {};
+        let unsplit = |p: &mut Problem| p.num_splits = 1;
         // gpt-oss's sliding layer at 16k (41 blocks a CTA), decode, a short dense call.
         assert!(with(1, 16384, 16384, 32, 4, 64, &window));
         assert!(with(1, 1, 4096, 32, 8, 128, &none));
@@ -617,9 +617,7 @@ mod tests {
         // Long calls and causal runs keep the launch's own placement of their CTAs.
         assert!(!with(1, 16384, 16384, 16, 16, 128, &causal));
         assert!(!with(16, 1024, 1024, 16, 16, 128, &causal));
-        assert!(!with(1, 1, 32768, 32, 8, 128, &|p: &mut Problem| p
-            .num_splits =
-            1));
+        assert!(!with(1, 1, 32768, 32, 8, 128, &unsplit));
     }
 
     #[test]
