@@ -19,7 +19,7 @@ import threading
 
 import torch
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "kernel_name", "FA4GenError"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "kernel_name", "set_programmatic_launch", "FA4GenError"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _REPO = _HERE.parent.parent
@@ -431,6 +431,15 @@ def flash_attn_varlen_func(
                 softmax_scale=softmax_scale, causal=causal, window_size=window_size, learnable_sink=learnable_sink,
                 softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, lse=lse,
                 tile_mn=tile_mn)
+
+
+def set_programmatic_launch(on, device=None):
+    """Launch short calls (decode, sliding windows, small prefill) as programmatic dependents of
+    the kernel before them on the stream (on, the default; `FA4GEN_PDL=0` starts a process
+    off), or every call in plain stream order (off), on `device` (default: the current one)."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    h = _handle(dev)  # (loads the library first)
+    _check(_lib.fa4gen_set_programmatic_launch(h, 1 if on else 0))
 
 
 def kernel_name(q, k, v, causal=False, window_size=(None, None), pack_gqa=None, return_lse=False, tile_mn=None,

@@ -22,11 +22,6 @@ L2 = torch.cuda.get_device_properties(0).L2_cache_size
 CALLS, ROUNDS = int(os.environ.get("CALLS", "20")), int(os.environ.get("ROUNDS", "40"))
 
 
-def set_pdl(on):
-    h = fa4gen._handle(torch.device(DEV))
-    fa4gen._check(fa4gen._lib.fa4gen_set_programmatic_launch(h, 1 if on else 0))
-
-
 def timed(g):
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
@@ -42,11 +37,11 @@ def shape(name, b, sq, sk, h, hkv, d, **kw):
     ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
     vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
     fn = lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], **kw)  # noqa: E731
-    set_pdl(True)
+    fa4gen.set_programmatic_launch(True)
     g_on = capture_graph(fn, n, CALLS)
-    set_pdl(False)
+    fa4gen.set_programmatic_launch(False)
     g_off = capture_graph(fn, n, CALLS)
-    set_pdl(True)
+    fa4gen.set_programmatic_launch(True)
     on, off, ratio = [], [], []
     for r in range(ROUNDS):
         pair = (g_on, g_off) if r % 2 == 0 else (g_off, g_on)
