@@ -5,8 +5,10 @@ calls per graph, inputs rotated through enough copies to exceed L2), so the figu
 time, not Python launch overhead; medians of the replays after warm-up. One JSON line per row.
 
   gpt-oss    gpt-oss-20b prefill, B*S = 16k, d64, H64/Hkv8, sinks; full (causal) and sliding
-             (window 128) layers; SDPA causal on K/V repeated to 64 heads (no sinks) beside it
-  window     window 128 at S = 16k: time vs the unmasked kernel scaled to the visited blocks
+             (window 128) layers; beside them FlexAttention on both masks (GQA, no sinks) and SDPA
+             causal on K/V repeated to 64 heads (no sinks)
+  window     window 128 at S = 16k: time vs the unmasked kernel scaled to the visited blocks, and
+             FlexAttention (block-sparse) on the same window
   varlen     16 sequences of 64..4k tokens, packed, vs the same batch padded to dense
   paged      prefill with a prefix cache from pages of 128 and 16 vs contiguous K/V
   pack-gqa   GQA packed vs unpacked (pack_gqa=True / False) on gpt-oss- and Llama-like shapes
@@ -92,6 +94,26 @@ def sdpa_ms(backend, qs, ks, vs, **kw):
 PEERS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION))
 
 
+def flex_ms(qs, ks, vs, window=None):
+    """FlexAttention (torch.compile'd, Triton) on (B, H, S, D) views: causal, or a causal window of
+    `window` keys, as a block mask (it skips the blocks the mask hides, as fa4gen's window tiles
+    do); GQA through enable_gqa (no repeated K/V). The peer for masks SDPA cannot express: no
+    sinks. Its string on failure (compilation needs Triton's toolchain on the GPU host)."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+        def visible(b, h, q, k):
+            return (q >= k) & (q - k < window) if window else q >= k
+
+        s_q, s_k = qs[0].shape[1], ks[0].shape[1]
+        mask = create_block_mask(visible, B=None, H=None, Q_LEN=s_q, KV_LEN=s_k, device=DEV)
+        flex = torch.compile(flex_attention, dynamic=False)
+        return graph_time_ms(lambda i: flex(qs[i].transpose(1, 2), ks[i].transpose(1, 2), vs[i].transpose(1, 2),
+                                            block_mask=mask, enable_gqa=True), len(qs))
+    except Exception as e:  # noqa: BLE001
+        return f"unsupported: {str(e).splitlines()[0][:160] if str(e) else type(e).__name__}"
+
+
 def gpt_oss():
     b, s, h, hkv, d = 4, 4096, 64, 8, 64
     n = copies_for(2 * b * s * (h + 2 * hkv) * d)
@@ -107,6 +129,10 @@ def gpt_oss():
         emit(bench="gpt-oss", layer=layer, impl="fa4gen", ms=round(ms, 4),
              tflops=round(4 * pairs * d / ms / 1e9, 1), kernel=fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True,
                                                                                   window_size=window))
+    for layer, window, pairs in (("full (no sinks)", None, full_pairs), ("sliding (no sinks)", 128, win_pairs)):
+        ms = flex_ms(qs, ks, vs, window)
+        emit(bench="gpt-oss", layer=layer, impl="flex-attention", ms=ms if isinstance(ms, str) else round(ms, 4),
+             tflops=None if isinstance(ms, str) else round(4 * pairs * d / ms / 1e9, 1))
     kr = [k.repeat_interleave(h // hkv, dim=2) for k in ks]
     vr = [v.repeat_interleave(h // hkv, dim=2) for v in vs]
     for name, backend in PEERS:
@@ -148,6 +174,9 @@ def window():
         emit(bench="window128-S16k", tile=tile, ms_window=round(t_win, 4), ms_unmasked=round(t_full, 4),
              visited_fraction=round(work, 5), ratio_to_visited_work=round(t_win / (t_full * work), 3),
              kernel=stem, target="<= 1.2")
+    # The same window through FlexAttention, the peer that skips the hidden blocks too.
+    ms = flex_ms([q], [k], [v], w)
+    emit(bench="window128-S16k", impl="flex-attention", ms=ms if isinstance(ms, str) else round(ms, 4))
 
 
 def varlen():
