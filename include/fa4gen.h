@@ -128,6 +128,22 @@ fa4gen_status fa4gen_forward_ext(fa4gen_handle* h, const fa4gen_problem* p, cons
                                  const void* v, void* out, float* lse, const fa4gen_seq_ptrs* extra,
                                  void* workspace, uint64_t workspace_bytes, void* stream);
 
+/* FA4's flash_attn_combine: reduce num_splits (1..256) fp32 partial outputs and LSEs into out
+ * (p's dtype and o_strides) and, with p->return_lse, lse (p's LSE layout):
+ *   lse = log(sum_s exp(lse_s) [+ exp(sink)]),  out = sum_s exp(lse_s - lse) * o_s.
+ * o_partial: fp32 (num_splits, B, Sq, H, Dv), or (num_splits, total_q, H, Dv) when total_q >= 0;
+ * lse_partial: fp32 (num_splits, B, H, Sq), or (num_splits, H, total_q); both contiguous and
+ * 16-byte aligned (the layout split-KV forwards write). p describes the rows: dtype, batch,
+ * seqlen_q, heads, head_dim_v, o_strides, return_lse, total_q / has_seqused_q with extra's
+ * cu_seqlens_q / seqused_q, has_sinks with extra's sinks. Its K side must be valid but is not
+ * read (fa4gen_problem_init(p, dtype, B, Sq, Sq, H, H, Dv, Dv) serves). The kernel comes from
+ * the canonical combine module of (dtype, Dv, LSE, sink, ragged rows), which model plans ship;
+ * a split that saw no key (lse_s = -inf) contributes nothing, and a row none saw gives 0 and
+ * -inf. */
+fa4gen_status fa4gen_combine(const fa4gen_handle* h, const fa4gen_problem* p, uint32_t num_splits,
+                             const float* o_partial, const float* lse_partial, void* out, float* lse,
+                             const fa4gen_seq_ptrs* extra, void* stream);
+
 /* Bytes of workspace fa4gen_forward_ext needs for p: split-KV's partials, or the sm90 flagship's
  * split tail (counters and tile parts; long unmasked calls, see Problem::split_tail); 0 when
  * neither applies. Without a workspace passed, the handle's own serves; during graph capture a

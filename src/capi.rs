@@ -536,6 +536,60 @@ pub unsafe extern "C" fn fa4gen_forward_ext(
     })
 }
 
+/// FA4's `flash_attn_combine` on raw pointers: `FlashAttention::combine_raw`.
+///
+/// # Safety
+/// `h`, `p` null or valid; `extra` null or a valid `fa4gen_seq_ptrs`; `o_partial`,
+/// `lse_partial`, `out`, `lse` device pointers of the handle's device at the layouts the
+/// header gives, live until the stream's work completes.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fa4gen_combine(
+    h: *const Handle,
+    p: *const CProblem,
+    num_splits: u32,
+    o_partial: *const f32,
+    lse_partial: *const f32,
+    out: *mut c_void,
+    lse: *mut f32,
+    extra: *const CSeqPtrs,
+    stream: *mut c_void,
+) -> Status {
+    guard(|| {
+        let h = handle_ref(h)?;
+        let problem = to_problem(problem_ref(p)?)?;
+        // SAFETY: checked non-null; the caller promises a valid fa4gen_seq_ptrs.
+        let e = unsafe { extra.as_ref() };
+        // Only the rows' arrays and the sinks: the combine reads no K side.
+        let ptrs = RawPtrs {
+            q: 0,
+            k: 0,
+            v: 0,
+            o: out as u64,
+            lse: lse as u64,
+            cu_seqlens_q: e.map_or(0, |e| e.cu_seqlens_q as u64),
+            cu_seqlens_k: 0,
+            seqused_q: e.map_or(0, |e| e.seqused_q as u64),
+            seqused_k: 0,
+            page_table: 0,
+            sinks: e.map_or(0, |e| e.sinks as u64),
+            workspace: 0,
+            workspace_bytes: 0,
+        };
+        // SAFETY: per the contract; combine_raw checks nulls and alignment before launching.
+        unsafe {
+            h.fa.combine_raw(
+                stream as cudarc::driver::sys::CUstream,
+                &problem,
+                num_splits,
+                o_partial as u64,
+                lse_partial as u64,
+                ptrs,
+            )
+        }
+    })
+}
+
 /// # Safety
 /// `h`, `p` null or valid; `out` null or writable.
 #[unsafe(no_mangle)]
@@ -664,6 +718,21 @@ mod tests {
             );
             assert_eq!(
                 fa4gen_set_programmatic_launch(std::ptr::null(), 0),
+                Status::InvalidArgument
+            );
+            assert!(last_error().contains("handle"), "{}", last_error());
+            assert_eq!(
+                fa4gen_combine(
+                    std::ptr::null(),
+                    &c,
+                    2,
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    std::ptr::null_mut()
+                ),
                 Status::InvalidArgument
             );
             assert!(last_error().contains("handle"), "{}", last_error());

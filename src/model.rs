@@ -233,6 +233,23 @@ impl ModelAttention {
                 }
             }
         }
+        // The standalone combine (FA4's `flash_attn_combine`) of this model's dv: with and
+        // without the LSE, dense and ragged queries, without a sink (FA4's) and with the
+        // model's own.
+        for lse in [false, true] {
+            for varlen in [false, true] {
+                for sink in [false, self.sinks] {
+                    out.extend(SpecClass::split_combine(
+                        arch,
+                        self.dtype,
+                        self.head_dim_v,
+                        lse,
+                        sink,
+                        varlen,
+                    ));
+                }
+            }
+        }
         out.sort_by_key(|s| s.stem());
         out.dedup();
         out
@@ -298,6 +315,26 @@ mod tests {
                 // The sm90 flagship serves the unsplit classes (dense, varlen, paged; sinks and
                 // softcap included), packed where selection packs (groups dividing 64) and
                 // unpacked where it does not (no group, or d > 64 past 64 queries).
+                // The standalone combine's modules (`SpecClass::split_combine`): unmasked, so
+                // apart from every forward of the plan (whose masks are causal or local).
+                let combine: Vec<KernelSpec> = [false, true]
+                    .into_iter()
+                    .flat_map(|lse| [false, true].map(|varlen| (lse, varlen)))
+                    .flat_map(|(lse, varlen)| {
+                        [false, m.sinks].map(|sink| {
+                            SpecClass::split_combine(arch, m.dtype, m.head_dim_v, lse, sink, varlen)
+                                .unwrap()
+                        })
+                    })
+                    .collect();
+                let (combines, all): (Vec<_>, Vec<_>) = all
+                    .into_iter()
+                    .partition(|s| s.mask == crate::spec::Mask::None);
+                let distinct = if m.sinks { 8 } else { 4 };
+                assert_eq!(combines.len(), distinct, "{name} {arch}");
+                for c in &combine {
+                    assert!(combines.contains(c), "{name} {arch}: {}", c.stem());
+                }
                 let (flagship, a): (Vec<_>, Vec<_>) =
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
                 let flagship_dims =

@@ -173,6 +173,40 @@ impl SpecClass {
             .filter(|s| s.can_implement().is_ok())
     }
 
+    /// The module a standalone split-KV combine (FA4's `flash_attn_combine`) runs from. Every
+    /// split module carries a `_combine` kernel, which reads only the dtype, dv, the LSE flag,
+    /// the sink and the varlen arrays: not the mask, d, packing or tile. One canonical module
+    /// per such key (the portable split forward of d = dv, unmasked, unpacked, q_stage 1) then
+    /// serves the partials of any forward, so a plan ships a handful of them and the combine
+    /// never depends on which forward produced its partials. `None` where dv has no portable
+    /// tile (outside 8..=256).
+    pub fn split_combine(
+        arch: Arch,
+        dtype: DType,
+        dv: u32,
+        lse: bool,
+        sink: bool,
+        varlen: bool,
+    ) -> Option<KernelSpec> {
+        SpecClass {
+            arch,
+            dtype,
+            d: dv,
+            dv,
+            q_stage: 1,
+            mask: Mask::None,
+            lse,
+            pack_gqa: false,
+            feat: Features {
+                varlen,
+                sink,
+                split: true,
+                ..Features::default()
+            },
+        }
+        .portable()
+    }
+
     /// The spec on the decode tile table (see `decode_candidates`) for a problem of `rows`
     /// packed rows (at most `DECODE_ROWS`) whose CTAs see at most `keys` keys; `None` when no
     /// decode tile fits (the portable table then). The key-split 16-row tile serves at most 16
@@ -484,5 +518,44 @@ pub fn q_stages(arch: Arch) -> &'static [u32] {
     match arch {
         Arch::Sm100f => &[1, 2],
         Arch::Sm90 | Arch::Sm120 => &[1],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Problem, Varlen, combine_spec};
+
+    #[test]
+    fn one_combine_module_per_combine_key() {
+        for arch in Arch::ALL {
+            for dv in [8, 40, 64, 96, 128, 256] {
+                let s = SpecClass::split_combine(arch, DType::Fp16, dv, true, false, true)
+                    .unwrap_or_else(|| panic!("{arch} dv {dv}"));
+                s.can_implement().unwrap();
+                assert_eq!((s.d, s.dv, s.mask, s.pack_gqa), (dv, dv, Mask::None, false));
+                assert!(s.feat.split && s.feat.varlen && !s.feat.paged && !s.feat.softcap);
+                assert_eq!((s.imp, s.q_stage, s.lse), (Impl::Portable, 1, true));
+            }
+        }
+        // Whatever forward wrote the partials (mask, d, packing, K side), the same module;
+        // ragged K alone does not make the rows ragged.
+        let mut p = Problem::new(DType::Bf16, 2, 100, 300, 8, 2, 192, 128);
+        p.causal = true;
+        p.pack_gqa = Some(true);
+        p.varlen = Some(Varlen {
+            total_k: Some(600),
+            ..Varlen::default()
+        });
+        let plain = combine_spec(Arch::Sm90, &p).unwrap();
+        assert_eq!(
+            Some(plain),
+            SpecClass::split_combine(Arch::Sm90, DType::Bf16, 128, false, false, false)
+        );
+        p.varlen = Some(Varlen {
+            seqused_q: true,
+            ..Varlen::default()
+        });
+        assert!(combine_spec(Arch::Sm90, &p).unwrap().feat.varlen);
     }
 }

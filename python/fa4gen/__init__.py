@@ -19,7 +19,8 @@ import threading
 
 import torch
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "kernel_name", "set_programmatic_launch", "FA4GenError"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_combine", "kernel_name", "set_programmatic_launch",
+           "FA4GenError"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _REPO = _HERE.parent.parent
@@ -113,6 +114,10 @@ def _load():
         lib.fa4gen_forward_ext.argtypes = ([ctypes.c_void_p, ctypes.POINTER(_Problem)] + [ctypes.c_void_p] * 5
                                            + [ctypes.POINTER(_SeqPtrs), ctypes.c_void_p, ctypes.c_uint64,
                                               ctypes.c_void_p])
+        if hasattr(lib, "fa4gen_combine"):  # (added within ABI 2: an older library lacks it)
+            lib.fa4gen_combine.argtypes = ([ctypes.c_void_p, ctypes.POINTER(_Problem), ctypes.c_uint32]
+                                           + [ctypes.c_void_p] * 4 + [ctypes.POINTER(_SeqPtrs), ctypes.c_void_p])
+            lib.fa4gen_combine.restype = ctypes.c_int
         for f in ("fa4gen_open", "fa4gen_supports", "fa4gen_kernel_name", "fa4gen_forward", "fa4gen_forward_ext"):
             getattr(lib, f).restype = ctypes.c_int
         if lib.fa4gen_abi_version() != 2:
@@ -431,6 +436,88 @@ def flash_attn_varlen_func(
                 softmax_scale=softmax_scale, causal=causal, window_size=window_size, learnable_sink=learnable_sink,
                 softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, lse=lse,
                 tile_mn=tile_mn)
+
+
+def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_seqlens=None, seqused=None,
+                       varlen_batch_idx=None, return_lse=True, max_seqlen_q=None):
+    """flash_attn.cute's split-KV combine: reduce partial outputs and their LSEs over the splits.
+    out_partial (S_, B, Sq, H, Dv) or, rows packed, (S_, total_q, H, Dv); lse_partial (S_, B, Sq, H)
+    or (S_, total_q, H), natural log (FA4's layout: a transposed view of (S_, B, H, Sq) storage
+    is read in place, anything else copied once; partials other than fp32 are converted).
+    Returns (out (B, Sq, H, Dv) or (total_q, H, Dv), lse (B, Sq, H) or (total_q, H) as a
+    transposed view of (B, H, Sq) / (H, total_q) storage, or None). Packed rows without
+    cu_seqlens are one sequence; cu_seqlens (int32, B + 1) splits them into B (max_seqlen_q, a
+    host int, saves one device sync) and seqused (int32, B) caps each sequence's rows (rows past
+    it are not written). The output is bf16 or fp16 (`out_dtype`, `out`, or the partials'
+    dtype): fa4gen builds no fp32 output."""
+    _not_built("varlen_batch_idx", varlen_batch_idx, None, "for a scheduler's batch order")
+    if not isinstance(out_partial, torch.Tensor) or not isinstance(lse_partial, torch.Tensor):
+        raise TypeError("out_partial and lse_partial must be torch.Tensors")
+    packed = out_partial.dim() == 4
+    if out_partial.dim() not in (4, 5):
+        raise ValueError(f"out_partial must be (splits, B, Sq, H, Dv) or (splits, total_q, H, Dv), "
+                         f"got shape {tuple(out_partial.shape)}")
+    if not out_partial.is_cuda or lse_partial.device != out_partial.device:
+        raise ValueError("out_partial and lse_partial must be on one CUDA device")
+    dev = out_partial.device
+    splits, h, dv = out_partial.shape[0], out_partial.shape[-2], out_partial.shape[-1]
+    rows = tuple(out_partial.shape[1:-2])  # (B, Sq) or (total_q,)
+    if tuple(lse_partial.shape) != (splits,) + rows + (h,):
+        raise ValueError(f"lse_partial must have shape {(splits,) + rows + (h,)}, got {tuple(lse_partial.shape)}")
+    if out_dtype is None:
+        out_dtype = out.dtype if out is not None else out_partial.dtype
+    if out_dtype not in _DTYPES:
+        raise NotImplementedError(f"output dtype {out_dtype} is not built in fa4gen (bf16 and fp16 are): pass "
+                                  "out_dtype=torch.bfloat16 / torch.float16 or a preallocated out")
+    if packed:
+        total_q = rows[0]
+        if cu_seqlens is not None:
+            if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1:
+                raise ValueError("cu_seqlens must be a 1-d torch.int32 tensor of B + 1 offsets")
+            b = cu_seqlens.shape[0] - 1
+            cu_seqlens = _int32_vector("cu_seqlens", cu_seqlens, b + 1, dev)
+            if max_seqlen_q is None:
+                max_seqlen_q = int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item()) if b > 0 else 0
+            sq = int(max_seqlen_q)
+        else:  # FA4: packed rows without offsets are one sequence
+            b, sq = 1, total_q
+    else:
+        if cu_seqlens is not None:
+            raise ValueError("cu_seqlens goes with packed (splits, total_q, H, Dv) partials")
+        b, sq = rows
+    seqused = _int32_vector("seqused", seqused, b, dev)
+    if not 1 <= splits <= 256:
+        raise ValueError(f"num_splits (out_partial's first dim) must be 1..256, got {splits}")
+    o_part = out_partial.to(torch.float32).contiguous()
+    # The library's LSE layout per split is (B, H, Sq) / (H, total_q): FA4's (S_, ..., H) views
+    # of it transpose back in place.
+    l_part = lse_partial.to(torch.float32).transpose(-1, -2).contiguous()
+    o_shape = rows + (h, dv)
+    if out is None:
+        out = torch.empty(o_shape, dtype=out_dtype, device=dev)
+    elif tuple(out.shape) != o_shape or out.dtype != out_dtype or out.device != dev:
+        raise ValueError(f"out must be a {out_dtype} tensor of shape {o_shape} on {dev}")
+    lse = None
+    if return_lse:
+        lse = torch.empty((h, total_q) if packed else (b, h, sq), dtype=torch.float32, device=dev)
+    strides = (0,) + tuple(out.stride()) if packed else tuple(out.stride())[:3]
+    p = _problem((b, sq, sq, h, h, dv, dv, out_dtype), ((0, 0, 0), (0, 0, 0), (0, 0, 0), strides[:3]),
+                 None, False, (None, None), False, return_lse, splits)
+    # The K side is validated, never read: contiguous strides of a (B, Sq, H, Dv) tensor.
+    for field in ("q_strides", "k_strides", "v_strides"):
+        getattr(p, field)[:] = (sq * h * dv, h * dv, dv)
+    if packed and cu_seqlens is not None:
+        p.total_q = total_q
+    p.has_seqused_q = int(seqused is not None)
+    ptr = lambda t: t.data_ptr() if t is not None else None  # noqa: E731
+    extra = _SeqPtrs(ptr(cu_seqlens), None, ptr(seqused), None, None, None)
+    handle = _handle(dev)
+    if not hasattr(_lib, "fa4gen_combine"):
+        raise FA4GenError(LIBRARY, "this libfa4gen predates fa4gen_combine: rebuild it (cargo build --release)")
+    stream = torch.cuda.current_stream(dev).cuda_stream
+    _check(_lib.fa4gen_combine(handle, ctypes.byref(p), splits, o_part.data_ptr(), l_part.data_ptr(), out.data_ptr(),
+                               lse.data_ptr() if lse is not None else None, ctypes.byref(extra), stream))
+    return out, (lse.transpose(-1, -2) if lse is not None else None)
 
 
 def set_programmatic_launch(on, device=None):

@@ -4,7 +4,9 @@
 Random cases (fresh inputs each), outputs poisoned with NaN; reference in float64 on the GPU
 (out_ref) and in the input dtype with the scale folded into K (out_pt, FA4's reorder_ops).
 Pass iff max|out - ref| <= 2 * max|pt - ref| + 2 * (rounding error of ref + 0.3 - 0.3), LSE
-within 1e-3 relative. Then bad inputs: each must raise before anything runs.
+within 1e-3 relative. Then flash_attn_combine: random fp32 partials against a float64
+reduction of them (half an ulp of the output dtype plus fp32 accumulation), and pieces of real
+calls merged against the whole. Then bad inputs: each must raise before anything runs.
 usage: test_dropin.py [n_cases]   (FA4GEN_LIB, FA4GEN_KERNELS as for the package)"""
 import ctypes
 import math
@@ -183,10 +185,132 @@ def run_case(rng, device):
     return oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse)
 
 
+def run_combine_case(rng, device):
+    """flash_attn_combine on random partials (FA4's layouts) against a float64 reduction of the
+    same partials: splits 1..256 with some that saw no key (LSE -inf) and rows none saw, batched
+    or packed rows (with and without cu_seqlens, lengths incl. 0 and 1), seqused rows left
+    unwritten. Outputs poisoned. Within half an ulp of the output dtype plus 1e-6."""
+    splits = rng.choice([1, 2, 3, 5, 17, 64, 133, 256])
+    dv = rng.choice([64, 128, 96, 256, 40])
+    dtype = rng.choice([torch.bfloat16, torch.float16])
+    h = rng.choice([1, 3, 8])
+    layout = rng.choice(["batched", "packed", "packed-cu"])
+    if layout == "batched":
+        b, sq = rng.choice([1, 2, 5]), rng.choice([1, 7, 113])
+        rows = (b, sq)
+        lens = [sq] * b
+    else:
+        lens = [rng.choice([0, 1, 7, 64, 113]) for _ in range(rng.choice([1, 3, 6]))]
+        rows = (sum(lens),)
+    o_part = torch.randn((splits,) + rows + (h, dv), device=device)
+    # FA4's LSE layout: a (S_, ..., H) view of (S_, B, H, Sq) / (S_, H, total_q) storage.
+    lse_store = torch.randn((splits,) + ((rows[0], h, rows[1]) if len(rows) == 2 else (h, rows[0])), device=device) * 4
+    lse_store[torch.rand(lse_store.shape, device=device) < 0.25] = float("-inf")
+    if lse_store.numel():
+        lse_store.view(splits, -1)[:, :: max(1, lse_store[0].numel() // 3)] = float("-inf")  # rows none saw
+    lse_part = lse_store.transpose(-1, -2)
+    seqused = None
+    kw = {}
+    if layout == "packed-cu":
+        cu = torch.tensor([0] + list(__import__("itertools").accumulate(lens)), dtype=torch.int32, device=device)
+        kw.update(cu_seqlens=cu, max_seqlen_q=max(lens))
+        if rng.random() < 0.5:
+            used = [rng.randint(0, n) for n in lens]
+            seqused = torch.tensor(used, dtype=torch.int32, device=device)
+            kw.update(seqused=seqused)
+    elif layout == "batched" and rng.random() < 0.3:
+        used = [rng.randint(0, rows[1]) for _ in range(rows[0])]
+        seqused = torch.tensor(used, dtype=torch.int32, device=device)
+        kw.update(seqused=seqused)
+    out = torch.full(rows + (h, dv), float("nan"), device=device, dtype=dtype)
+    o, l = fa4gen.flash_attn_combine(o_part, lse_part, out=out, **kw)
+    name = f"combine {dtype} splits={splits} dv={dv} H={h} {layout} lens={lens} seqused={seqused is not None}"
+    # float64 reference over every row.
+    lp = lse_part.double()
+    m = lp.amax(0)
+    finite = torch.isfinite(m)
+    lse_ref = torch.where(finite, m + torch.log(torch.exp(lp - torch.where(finite, m, 0)).sum(0)), m)
+    w = torch.where(finite, torch.exp(lp - torch.where(finite, lse_ref, 0)), torch.zeros_like(lp))
+    ref = (o_part.double() * w.unsqueeze(-1)).sum(0)
+    # The rows the call must write: all, or each sequence's first seqused.
+    written = torch.ones(rows, dtype=torch.bool, device=device)
+    if seqused is not None:
+        used = seqused.tolist()
+        if layout == "batched":
+            written = torch.arange(rows[1], device=device).unsqueeze(0) < seqused.unsqueeze(1)
+        else:
+            starts = [0] + list(__import__("itertools").accumulate(lens))
+            written = torch.zeros(rows, dtype=torch.bool, device=device)
+            for i, n in enumerate(used):
+                written[starts[i]:starts[i] + n] = True
+    if o.data_ptr() != out.data_ptr():
+        return name, "out= was not used", 0
+    if (~written).any() and not torch.isnan(o[~written]).all():
+        return name, "rows past seqused were written", 0
+    ow, rw = o[written].double(), ref[written]
+    if ow.numel() and not torch.isfinite(ow).all():
+        return name, "non-finite output in a written row", 0
+    # fp32 accumulation over up to 256 terms (1e-5 of their magnitudes), then one rounding to
+    # the output dtype (half an ulp).
+    half_ulp = 2.0 ** (-8 if dtype == torch.bfloat16 else -11)
+    acc_err = 1e-5 * (o_part.double().abs() * w.unsqueeze(-1)).sum(0)[written] + 1e-6
+    bound = (rw.abs() + acc_err) * half_ulp + acc_err
+    err = (ow - rw).abs()
+    if ow.numel() and (err > bound).any():
+        return name, f"max|out-ref| {err.max().item():.3e} past half an ulp plus fp32 accumulation", 0
+    lw = l.double()[written]
+    lr = lse_ref[written]
+    if not torch.equal(torch.isneginf(lw), torch.isneginf(lr)):
+        return name, "lse -inf pattern differs from the reference", 0
+    fin = torch.isfinite(lr)
+    if fin.any() and ((lw - lr).abs()[fin] > 1e-5 * lr.abs()[fin].clamp(min=1)).any():
+        return name, "lse off by more than 1e-5 relative", 0
+    ratio = (err / bound).max().item() if ow.numel() else 0.0
+    return name, None, ratio
+
+
+def run_combine_end_to_end(rng, device):
+    """Attention over K in pieces, each a flash_attn_func call with its LSE, merged by
+    flash_attn_combine (an engine's cascade or context-parallel merge), against the float64
+    reference of the whole and beside the unsplit call: the merge may add at most the pieces'
+    rounding to the unsplit call's error."""
+    d = rng.choice([64, 128])
+    dtype = rng.choice([torch.bfloat16, torch.float16])
+    b, sq, h, hkv = rng.choice([1, 2]), rng.choice([1, 7, 113]), 8, rng.choice([2, 8])
+    cuts = sorted(rng.sample(range(1, 999), rng.choice([1, 2, 4])))
+    sk = 1000
+    q = torch.randn(b, sq, h, d, device=device, dtype=dtype)
+    k = torch.randn(b, sk, hkv, d, device=device, dtype=dtype)
+    v = torch.randn(b, sk, hkv, d, device=device, dtype=dtype)
+    outs, lses = [], []
+    for lo, hi in zip([0] + cuts, cuts + [sk]):
+        o_i, l_i = fa4gen.flash_attn_func(q, k[:, lo:hi], v[:, lo:hi], return_lse=True)
+        outs.append(o_i), lses.append(l_i)
+    o, l = fa4gen.flash_attn_combine(torch.stack(outs).float(), torch.stack(lses).transpose(-1, -2),
+                                     out_dtype=dtype)
+    whole, whole_lse = fa4gen.flash_attn_func(q, k, v, return_lse=True)
+    s = 1 / math.sqrt(d)
+    ref, ref_lse = reference(q, k, v, s, False, (None, None), True)
+    name = f"combine end-to-end {dtype} d{d} B{b} Sq{sq} H{h}/{hkv} cuts={cuts}"
+    ref16 = ref.to(dtype).double()
+    err = (o.double() - ref16).abs().max().item()
+    whole_err = (whole.double() - ref16).abs().max().item()
+    ulp = 2.0 ** (-7 if dtype == torch.bfloat16 else -10)
+    # Each piece's output was rounded to the dtype once more than the unsplit call's.
+    bound = whole_err + 2 * ulp * max(x.abs().max().item() for x in outs + [ref])
+    if err > bound:
+        return name, f"max|merged-ref| {err:.3e} > {bound:.3e} (unsplit {whole_err:.3e})", 0
+    rel = ((l.transpose(-1, -2).double() - ref_lse).abs() / ref_lse.abs().clamp(min=1)).max().item()
+    if rel > 1e-3:
+        return name, f"lse relative error {rel:.2e}", 0
+    return name, None, err / max(bound, 1e-30)
+
+
 def bad_inputs(device):
     """Each must raise a precise error and launch nothing."""
     bf, q = torch.bfloat16, torch.randn(1, 16, 4, 64, device=device, dtype=torch.bfloat16)
     k = torch.randn(1, 16, 2, 64, device=device, dtype=bf)
+    part, part_lse = torch.randn(2, 1, 16, 4, 64, device=device), torch.randn(2, 1, 16, 4, device=device)
     cases = [
         ("3-d q", lambda: fa4gen.flash_attn_func(q[0], k, k), ValueError),
         ("cpu tensor", lambda: fa4gen.flash_attn_func(q.cpu(), k, k), ValueError),
@@ -228,6 +352,16 @@ def bad_inputs(device):
         ("out wrong shape", lambda: fa4gen.flash_attn_func(q, k, k, out=torch.empty(1, 16, 4, 32, device=device, dtype=bf)), ValueError),
         ("lse wrong dtype", lambda: fa4gen.flash_attn_func(q, k, k, return_lse=True,
                                                            lse=torch.empty(1, 4, 16, device=device, dtype=bf)), ValueError),
+        ("combine fp32 output", lambda: fa4gen.flash_attn_combine(part, part_lse), NotImplementedError),
+        ("combine lse shape", lambda: fa4gen.flash_attn_combine(part, part_lse[..., :2], out_dtype=bf), ValueError),
+        ("combine 300 splits", lambda: fa4gen.flash_attn_combine(part.expand(300, -1, -1, -1, -1),
+                                                                 part_lse.expand(300, -1, -1, -1), out_dtype=bf), ValueError),
+        ("combine cu_seqlens on batched", lambda: fa4gen.flash_attn_combine(
+            part, part_lse, out_dtype=bf, cu_seqlens=torch.tensor([0, 16], dtype=torch.int32, device=device)), ValueError),
+        ("combine varlen_batch_idx", lambda: fa4gen.flash_attn_combine(
+            part, part_lse, out_dtype=bf, varlen_batch_idx=torch.zeros(1, dtype=torch.int32, device=device)),
+         NotImplementedError),
+        ("combine head dim 12", lambda: fa4gen.flash_attn_combine(part[..., :12], part_lse, out_dtype=bf), ValueError),
     ]
     failures = []
     for name, f, exc in cases:
@@ -275,6 +409,20 @@ def main():
           f"(seed {seed}); worst err/bound {worst:.3f}; {time.time() - t:.1f} s")
     for f in failures:
         print("FAIL", f)
+    # flash_attn_combine: random partials, then pieces of real calls merged.
+    n_comb = max(8, n // 2)
+    comb_fail, comb_worst = [], 0.0
+    with torch.no_grad():
+        for i in range(n_comb):
+            name, why, ratio = (run_combine_end_to_end if i % 4 == 3 else run_combine_case)(rng, device)
+            comb_worst = max(comb_worst, ratio)
+            if why:
+                comb_fail.append(f"{name}: {why}")
+    print(f"drop-in combine: {n_comb - len(comb_fail)} passed, {len(comb_fail)} failed of {n_comb} cases "
+          f"({n_comb // 4} end to end); worst err/bound {comb_worst:.3f}")
+    for f in comb_fail:
+        print("FAIL", f)
+    failures += comb_fail
     nbad, bad_fail = bad_inputs(device)
     print(f"drop-in bad inputs: {nbad - len(bad_fail)} of {nbad} refused precisely")
     for f in bad_fail:

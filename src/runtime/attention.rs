@@ -697,7 +697,9 @@ impl FlashAttention {
     /// `lse = log(sum_s exp(lse_s) [+ exp(sink)])`, `out = sum_s exp(lse_s - lse) o_s`.
     /// `o_partial` is fp32 `(splits, B, Sq, H, Dv)` (`(splits, total_q, H, Dv)` when q is
     /// packed), `lse_partial` fp32 `(splits, B, H, Sq)` (`(splits, H, total_q)`), both
-    /// contiguous: the layout split-KV forwards write. The problem's K side is not read.
+    /// contiguous: the layout split-KV forwards write. The problem's K side is validated but
+    /// not read; the kernel comes from the canonical combine module of (dtype, dv, LSE, sink,
+    /// varlen), `SpecClass::split_combine`, whatever forward produced the partials.
     ///
     /// # Safety
     /// As [`forward_raw`](Self::forward_raw), for out/lse/the declared arrays and for the
@@ -723,10 +725,10 @@ impl FlashAttention {
                 ));
             }
         }
-        // The combine lives in the module of the split forward for this output layout.
         let mut p = problem.clone();
         p.num_splits = 2;
-        let (v, sel) = self.plan(&p)?;
+        let v = p.validate()?;
+        let spec = combine_spec(self.device.arch()?, problem)?;
         let ptrs = RawPtrs {
             q: 0,
             k: 0,
@@ -748,7 +750,7 @@ impl FlashAttention {
         if problem.batch == 0 || problem.seqlen_q == 0 || problem.total_q() == 0 {
             return Ok(());
         }
-        let kernel = self.load(&sel.spec)?;
+        let kernel = self.load(&spec)?;
         let mut params = call_params(&v, &ptrs, problem.return_lse, num_splits);
         set_partials(&mut params, problem, o_partial, lse_partial);
         self.launch_combine(&kernel, problem, &params, stream)
@@ -949,6 +951,30 @@ fn call_params(v: &Validated, ptrs: &RawPtrs, return_lse: bool, num_splits: u32)
         num_splits: num_splits as i32,
         ..v.params
     }
+}
+
+/// The canonical module whose `_combine` kernel reduces `problem`'s partials
+/// (`SpecClass::split_combine`): the problem's dtype, dv, LSE flag, sink and whether its
+/// queries are ragged (`cu_seqlens_q` or `seqused_q`; the combine reads no K side).
+pub fn combine_spec(arch: crate::Arch, problem: &Problem) -> Result<KernelSpec, Error> {
+    let ragged_q = problem
+        .varlen
+        .is_some_and(|vl| vl.total_q.is_some() || vl.seqused_q);
+    crate::tiles::SpecClass::split_combine(
+        arch,
+        problem.dtype,
+        problem.head_dim_v as u32,
+        problem.return_lse,
+        problem.sinks,
+        ragged_q,
+    )
+    .ok_or_else(|| {
+        Error::invalid(
+            "head_dim_v",
+            problem.head_dim_v,
+            "a head dim the portable kernel has a tile for (multiples of 8 up to 256)",
+        )
+    })
 }
 
 /// Point the parameters at split partials: O `(splits, total_q, H, Dv)` fp32 at `o_partial`,

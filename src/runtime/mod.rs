@@ -10,7 +10,7 @@ mod library;
 mod problem;
 pub mod tma;
 
-pub use attention::{FlashAttention, RawPtrs, SeqBuffers};
+pub use attention::{FlashAttention, RawPtrs, SeqBuffers, combine_spec};
 pub use error::Error;
 pub use library::KernelLibrary;
 pub use problem::{Paged, Problem, Strides, Validated, Varlen, resolve_mask};
