@@ -354,8 +354,9 @@ def bad_inputs(device):
                                                            lse=torch.empty(1, 4, 16, device=device, dtype=bf)), ValueError),
         ("combine fp32 output", lambda: fa4gen.flash_attn_combine(part, part_lse), NotImplementedError),
         ("combine lse shape", lambda: fa4gen.flash_attn_combine(part, part_lse[..., :2], out_dtype=bf), ValueError),
-        ("combine 300 splits", lambda: fa4gen.flash_attn_combine(part.expand(300, -1, -1, -1, -1),
-                                                                 part_lse.expand(300, -1, -1, -1), out_dtype=bf), ValueError),
+        ("combine 300 splits", lambda: fa4gen.flash_attn_combine(part[:1].expand(300, -1, -1, -1, -1),
+                                                                 part_lse[:1].expand(300, -1, -1, -1), out_dtype=bf),
+         ValueError),
         ("combine cu_seqlens on batched", lambda: fa4gen.flash_attn_combine(
             part, part_lse, out_dtype=bf, cu_seqlens=torch.tensor([0, 16], dtype=torch.int32, device=device)), ValueError),
         ("combine varlen_batch_idx", lambda: fa4gen.flash_attn_combine(
@@ -418,6 +419,11 @@ def main():
             comb_worst = max(comb_worst, ratio)
             if why:
                 comb_fail.append(f"{name}: {why}")
+        # No rows at all: empty partials (null data pointers) give empty outputs, no launch.
+        eo, el = fa4gen.flash_attn_combine(torch.empty(3, 0, 4, 64, device=device), torch.empty(3, 0, 4, device=device),
+                                           out_dtype=torch.bfloat16)
+        if eo.shape != (0, 4, 64) or el.shape != (0, 4):
+            comb_fail.append(f"empty combine: shapes {tuple(eo.shape)}, {tuple(el.shape)}")
     print(f"drop-in combine: {n_comb - len(comb_fail)} passed, {len(comb_fail)} failed of {n_comb} cases "
           f"({n_comb // 4} end to end); worst err/bound {comb_worst:.3f}")
     for f in comb_fail:

@@ -716,8 +716,10 @@ impl FlashAttention {
         if !(1..=256).contains(&num_splits) {
             return Err(Error::invalid("num_splits", num_splits, "1..=256 partials"));
         }
+        // No rows (an empty batch): the partials are empty tensors, which may be null.
+        let no_rows = problem.batch == 0 || problem.seqlen_q == 0 || problem.total_q() == 0;
         for (field, ptr) in [("o_partial", o_partial), ("lse_partial", lse_partial)] {
-            if ptr == 0 || !ptr.is_multiple_of(16) {
+            if !no_rows && (ptr == 0 || !ptr.is_multiple_of(16)) {
                 return Err(Error::invalid(
                     field,
                     format!("pointer {ptr:#x}"),
@@ -747,7 +749,7 @@ impl FlashAttention {
         });
         check_pointers(&checked, &ptrs, false)?;
         self.ctx.bind_to_thread().call("cuCtxSetCurrent")?;
-        if problem.batch == 0 || problem.seqlen_q == 0 || problem.total_q() == 0 {
+        if no_rows {
             return Ok(());
         }
         let kernel = self.load(&spec)?;
