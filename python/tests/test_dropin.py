@@ -391,20 +391,26 @@ def bad_inputs(device):
     return len(cases) + 3, failures
 
 
+def run_cases(kind, n, rng, device):
+    """Run n cases, case i of kind(i); their failures and the worst error over its bound."""
+    failures, worst = [], 0.0
+    with torch.no_grad():
+        for i in range(n):
+            name, why, ratio = kind(i)(rng, device)
+            worst = max(worst, ratio)
+            if why:
+                failures.append(f"{name}: {why}")
+    return failures, worst
+
+
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 240
     device = torch.device("cuda")
     seed = int(time.time())
     rng = random.Random(seed)
     torch.manual_seed(seed)
-    failures, worst = [], 0.0
     t = time.time()
-    with torch.no_grad():
-        for i in range(n):
-            name, why, ratio = (run_varlen_case if i % 3 == 2 else run_case)(rng, device)
-            worst = max(worst, ratio)
-            if why:
-                failures.append(f"{name}: {why}")
+    failures, worst = run_cases(lambda i: run_varlen_case if i % 3 == 2 else run_case, n, rng, device)
     torch.cuda.synchronize()
     print(f"drop-in oracle: {n - len(failures)} passed, {len(failures)} failed of {n} random cases "
           f"(seed {seed}); worst err/bound {worst:.3f}; {time.time() - t:.1f} s")
@@ -412,13 +418,9 @@ def main():
         print("FAIL", f)
     # flash_attn_combine: random partials, then pieces of real calls merged.
     n_comb = max(8, n // 2)
-    comb_fail, comb_worst = [], 0.0
+    comb_fail, comb_worst = run_cases(lambda i: run_combine_end_to_end if i % 4 == 3 else run_combine_case,
+                                      n_comb, rng, device)
     with torch.no_grad():
-        for i in range(n_comb):
-            name, why, ratio = (run_combine_end_to_end if i % 4 == 3 else run_combine_case)(rng, device)
-            comb_worst = max(comb_worst, ratio)
-            if why:
-                comb_fail.append(f"{name}: {why}")
         # No rows at all: empty partials (null data pointers) give empty outputs, no launch.
         eo, el = fa4gen.flash_attn_combine(torch.empty(3, 0, 4, 64, device=device), torch.empty(3, 0, 4, device=device),
                                            out_dtype=torch.bfloat16)
