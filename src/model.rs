@@ -312,9 +312,6 @@ mod tests {
             for arch in Arch::ALL {
                 let all = m.plan(arch);
                 assert_eq!(all, m.plan(arch), "{name}");
-                // The sm90 flagship serves the unsplit classes (dense, varlen, paged; sinks and
-                // softcap included), packed where selection packs (groups dividing 64) and
-                // unpacked where it does not (no group, or d > 64 past 64 queries).
                 // The standalone combine's modules (`SpecClass::split_combine`): unmasked, so
                 // apart from every forward of the plan (whose masks are causal or local).
                 let combine: Vec<KernelSpec> = [false, true]
@@ -335,6 +332,9 @@ mod tests {
                 for c in &combine {
                     assert!(combines.contains(c), "{name} {arch}: {}", c.stem());
                 }
+                // The sm90 flagship serves the unsplit classes (dense, varlen, paged; sinks and
+                // softcap included), packed where selection packs (groups dividing 64) and
+                // unpacked where it does not (no group, or d > 64 past 64 queries).
                 let (flagship, a): (Vec<_>, Vec<_>) =
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
                 let flagship_dims =
