@@ -145,6 +145,14 @@ int main(int argc, char** argv) {
   CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "NaN scale");
   bad = p; bad.causal = 3;
   CHECK(fa4gen_forward(h, &bad, dq, dk, dv, dout, dlse, s) == FA4GEN_ERR_INVALID_ARGUMENT, "causal 3");
+  /* The standalone combine refuses the same way (dq stands in for any 16-byte aligned buffer). */
+  CHECK(fa4gen_combine(h, &p, 2, NULL, (const float*)dq, dout, dlse, NULL, s) == FA4GEN_ERR_INVALID_ARGUMENT,
+        "combine: null o_partial");
+  CHECK(strstr(fa4gen_last_error(), "o_partial") != NULL, "message names o_partial");
+  CHECK(fa4gen_combine(h, &p, 0, (const float*)dq, (const float*)dq, dout, dlse, NULL, s) == FA4GEN_ERR_INVALID_ARGUMENT,
+        "combine: 0 splits");
+  CHECK(fa4gen_combine(h, &p, 2, (const float*)dq, (const float*)dq, dout, NULL, NULL, s) == FA4GEN_ERR_INVALID_ARGUMENT,
+        "combine: null lse with return_lse");
   CHECK(cudaStreamSynchronize(s) == cudaSuccess, "stream healthy after refusals");
 
   fa4gen_close(h);
