@@ -6,12 +6,14 @@
 //! - pack_gqa: the caller's choice, default on when G = H / Hkv > 1;
 //! - num_splits: the caller's when >= 1; when < 1 FA4's heuristic (`heuristic_splits`), exactly
 //!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split),
-//!   rounded there to equal shares of K blocks (no empty split);
+//!   rounded there to equal shares of K blocks (no empty split); on sm90 a call whose flagship
+//!   tiles fill 45% of the SMs runs there unsplit (`FLAGSHIP_SPLIT_FILL`: a split runs on the
+//!   portable kernel);
 //! - tiles: the family's table, or the decode table for at most 64 packed query rows (with the
 //!   table's kernel as the runtime's fallback when a library does not ship the decode tile).
 //!
-//! fa4gen today has one kernel family (portable), so the family choice is trivial; the sm90
-//! wgmma family will slot in here with a fallback to portable where it cannot implement a spec.
+//! Families: the sm90 flagship (wgmma) where it implements the class (`Prefer::flagship`),
+//! else the portable kernel; split-KV and the decode tile are portable.
 
 use crate::arch::Arch;
 use crate::runtime::{Error, Problem, Validated};
@@ -192,6 +194,16 @@ fn varlen_rows_pair(p: &Problem) -> bool {
         None => !v.seqused_q,
     }
 }
+
+/// The share of the SMs (numerator, denominator) from which the sm90 flagship's tiles, one per
+/// CTA, run a call unsplit where the split heuristic (num_splits < 1) would split it onto the
+/// portable kernel. H200, chunked prefill through the drop-in, CUDA graphs (`bench_serving.py
+/// chunked`), ms unsplit flagship / heuristic split on the portable kernel: 32 tiles (d 128
+/// H 32/8, Sq 128) 0.090 / 0.076 at Sk 8k, 0.330 / 0.222 at 32k; 64 tiles (Sq 256) 0.092 /
+/// 0.130 at 8k, 0.334 / 0.423 at 32k, unmasked 0.327 / 0.428 (cuDNN 0.381); packed G 8, B 4 × Sq 32
+/// over 8k 0.090 / 0.135; Sq 192 over 32k 0.334 / 0.340. The portable kernel's rate per SM
+/// is about 0.45 of the flagship's, so the split pays below 45% of the SMs.
+pub const FLAGSHIP_SPLIT_FILL: (usize, usize) = (9, 20);
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
@@ -444,6 +456,18 @@ pub fn select_with(
         }
     } else {
         v.num_splits as u32
+    };
+    // The heuristic's split on sm90 runs on the portable kernel, at under half the flagship's
+    // rate per SM: the flagship unsplit, on one CTA per tile, is faster from FLAGSHIP_SPLIT_FILL
+    // of the SMs up. (FA4 never splits here; a caller's explicit count is honoured.)
+    let num_splits = if v.num_splits < 1
+        && spec.imp == crate::spec::Impl::Wgmma
+        && m_blocks * heads * p.batch * FLAGSHIP_SPLIT_FILL.1
+            >= device.sm_count as usize * FLAGSHIP_SPLIT_FILL.0
+    {
+        1
+    } else {
+        num_splits
     };
     if num_splits > 1 {
         if spec.imp == crate::spec::Impl::Wgmma {
@@ -1124,6 +1148,36 @@ mod tests {
         let mut p = decode(1, 131072, 0);
         p.window = (Some(127), Some(0));
         assert_eq!(sel(&p, &H200).num_splits, 1);
+    }
+
+    #[test]
+    fn heuristic_splits_leave_the_flagship_unsplit_from_45_percent_of_the_sms() {
+        let chunk = |b: usize, sq: usize, h: usize, splits: i32| {
+            let mut p = Problem::new(DType::Bf16, b, sq, 32768, h, 8, 128, 128);
+            p.causal = true;
+            p.num_splits = splits;
+            p
+        };
+        // 64 tiles of 128 queries x 32 heads (48% of 132 SMs): the flagship, unsplit.
+        let s = sel(&chunk(1, 256, 32, 0), &H200);
+        assert_eq!((s.spec.imp, s.num_splits, s.tiles), (Impl::Wgmma, 1, 64));
+        // Packed: 4 batches x 8 KV heads x 2 blocks of 128 rows (32 queries x G 8): 64 tiles.
+        let s = sel(&chunk(4, 32, 64, 0), &H200);
+        assert_eq!((s.spec.imp, s.num_splits), (Impl::Wgmma, 1));
+        // 32 tiles (24%): split on the portable kernel, as before.
+        let s = sel(&chunk(1, 128, 32, 0), &H200);
+        assert_eq!(s.spec.imp, Impl::Portable);
+        assert!(s.num_splits > 1 && s.spec.feat.split);
+        let s = sel(&chunk(2, 32, 64, 0), &H200);
+        assert!(s.num_splits > 1 && s.spec.imp == Impl::Portable);
+        // The boundary: 59 tiles (0.447 of the SMs) split, 60 (0.455) do not.
+        assert!(59 * FLAGSHIP_SPLIT_FILL.1 < 132 * FLAGSHIP_SPLIT_FILL.0);
+        assert!(60 * FLAGSHIP_SPLIT_FILL.1 >= 132 * FLAGSHIP_SPLIT_FILL.0);
+        // A caller's explicit count is honoured.
+        let s = sel(&chunk(1, 256, 32, 4), &H200);
+        assert_eq!((s.spec.imp, s.num_splits), (Impl::Portable, 4));
+        // B200 keeps FA4's rule exactly (no flagship there).
+        assert!(sel(&chunk(1, 256, 32, 0), &B200).num_splits > 1);
     }
 
     #[test]

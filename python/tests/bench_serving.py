@@ -19,6 +19,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   window-decode  sliding-window decode steps (gpt-oss d64 window 128, Gemma-3 d256 window 1024),
              B in {1, 8, 64}, Sk in {4133, 32771}, contiguous and pages of 16 / 128, beside the same call
              on the window's keys sliced out (fa4gen dense, SDPA)
+  chunked    query chunks (32..1k) over long caches (8k..32k): the flagship unsplit (the default,
+             num_splits=1) against split-KV on the portable kernel (heuristic, 2, 4, 8)
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
@@ -430,6 +432,59 @@ def pack_gqa():
         del qs, ks, vs
 
 
+CHUNKED_SHAPES = [  # (B, Sq, Sk, H, Hkv, d, causal): query chunks over a long cache
+    (1, 128, 8192, 32, 8, 128, True),
+    (1, 192, 8192, 32, 8, 128, True),
+    (1, 256, 8192, 32, 8, 128, True),
+    (1, 128, 32768, 32, 8, 128, True),
+    (1, 192, 32768, 32, 8, 128, True),
+    (1, 256, 32768, 32, 8, 128, True),
+    (1, 512, 32768, 32, 8, 128, True),
+    (1, 1024, 32768, 32, 8, 128, True),
+    (2, 32, 8192, 64, 8, 128, True),
+    (4, 32, 8192, 64, 8, 128, True),
+    (1, 128, 16384, 64, 8, 64, True),
+    (1, 256, 16384, 64, 8, 64, True),
+    (1, 256, 32768, 32, 8, 128, False),
+    (1, 128, 8192, 32, 8, 128, False),
+]
+
+
+def chunked():
+    """Chunked prefill: a chunk of Sq queries over Sk cached keys, too few tiles to fill the GPU.
+    The default (num_splits=1, FA4's) runs the sm90 flagship unsplit on as many CTAs as tiles;
+    num_splits=0 takes the split heuristic, served by the portable kernel (the flagship does not
+    split); explicit splits beside them. Causal is bottom-right (query i sees Sk - Sq + i + 1
+    keys); SDPA's causal is top-left, so cuDNN runs beside the unmasked rows only."""
+    for b, sq, sk, h, hkv, d, causal in CHUNKED_SHAPES:
+        n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
+        qs = [torch.randn(b, sq, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        pairs = sq * (sk - sq) + sq * (sq + 1) // 2 if causal else sq * sk
+        flop = 4 * b * h * d * pairs
+        row = dict(bench="chunked", b=b, sq=sq, sk=sk, h=h, hkv=hkv, d=d, causal=causal)
+        # Unsplit and the heuristic twice each, in turns (the clocks drift within a section).
+        for splits, key in ((1, "splits1"), (0, "heuristic"), (2, "splits2"), (4, "splits4"), (8, "splits8"),
+                            (0, "heuristic_again"), (1, "splits1_again")):
+            ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=causal, num_splits=splits), n)
+            row[f"ms_{key}"] = round(ms, 4)
+            row[f"tflops_{key}"] = round(flop / ms / 1e9, 1)
+        row["kernel_default"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal)
+        row["kernel_heuristic"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal, num_splits=0)
+        if not causal:
+            kr = [k.repeat_interleave(h // hkv, dim=2) for k in ks]
+            vr = [v.repeat_interleave(h // hkv, dim=2) for v in vs]
+            ms = sdpa_ms(SDPBackend.CUDNN_ATTENTION, qs, kr, vr)
+            row["cudnn_ms"] = ms if isinstance(ms, str) else round(ms, 4)
+            if not isinstance(ms, str):
+                row["cudnn_tflops"] = round(flop / ms / 1e9, 1)
+            del kr, vr
+        emit(**row)
+        del qs, ks, vs
+        torch.cuda.empty_cache()
+
+
 def window_decode():
     """Sliding-window decode steps (Sq = 1, window (w - 1, 0)) over a long cache, as an engine calls
     them: fa4gen's window call over the whole cache (contiguous, and pages of 16 and 128, shuffled),
@@ -498,7 +553,7 @@ def warm_up_clocks(seconds=1.0):
 
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
-            "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles}
+            "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":
