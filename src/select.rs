@@ -201,8 +201,9 @@ fn varlen_rows_pair(p: &Problem) -> bool {
 /// chunked`), ms unsplit flagship / heuristic split on the portable kernel: 32 tiles (d 128
 /// H 32/8, Sq 128) 0.090 / 0.076 at Sk 8k, 0.330 / 0.222 at 32k; 64 tiles (Sq 256) 0.092 /
 /// 0.130 at 8k, 0.334 / 0.423 at 32k, unmasked 0.327 / 0.428 (cuDNN 0.381); packed G 8, B 4 × Sq 32
-/// over 8k 0.090 / 0.135; Sq 192 over 32k 0.334 / 0.340. The portable kernel's rate per SM
-/// is about 0.45 of the flagship's, so the split pays below 45% of the SMs.
+/// over 8k 0.090 / 0.135; Sq 192 over 32k 0.334 / 0.340; the one loss, d 64 H 64/8 packed, Sq
+/// 128 over 16k (64 tiles of the 128x128 tile), 0.151 / 0.146. The portable kernel's rate per
+/// SM is about 0.45 of the flagship's, so the split pays below 45% of the SMs.
 pub const FLAGSHIP_SPLIT_FILL: (usize, usize) = (9, 20);
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough

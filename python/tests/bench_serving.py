@@ -20,7 +20,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              B in {1, 8, 64}, Sk in {4133, 32771}, contiguous and pages of 16 / 128, beside the same call
              on the window's keys sliced out (fa4gen dense, SDPA)
   chunked    query chunks (32..1k) over long caches (8k..32k): the flagship unsplit (the default,
-             num_splits=1) against split-KV on the portable kernel (heuristic, 2, 4, 8)
+             num_splits=1) against the split heuristic (num_splits=0) and split-KV on the portable
+             kernel (2, 4, 8)
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
@@ -453,8 +454,9 @@ CHUNKED_SHAPES = [  # (B, Sq, Sk, H, Hkv, d, causal): query chunks over a long c
 def chunked():
     """Chunked prefill: a chunk of Sq queries over Sk cached keys, too few tiles to fill the GPU.
     The default (num_splits=1, FA4's) runs the sm90 flagship unsplit on as many CTAs as tiles;
-    num_splits=0 takes the split heuristic, served by the portable kernel (the flagship does not
-    split); explicit splits beside them. Causal is bottom-right (query i sees Sk - Sq + i + 1
+    num_splits=0 takes the split heuristic: the flagship unsplit where its tiles fill 45% of the
+    SMs, else a split on the portable kernel (the flagship does not split); explicit splits
+    (portable) beside them. Causal is bottom-right (query i sees Sk - Sq + i + 1
     keys); SDPA's causal is top-left, so cuDNN runs beside the unmasked rows only."""
     for b, sq, sk, h, hkv, d, causal in CHUNKED_SHAPES:
         n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
