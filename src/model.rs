@@ -226,6 +226,8 @@ impl ModelAttention {
                                     out.extend(c.flagship_for_pages(16));
                                 } else {
                                     out.extend(c.flagship_by_shape());
+                                    // Calls whose 128-row tiles fill half the SMs or less.
+                                    out.extend(c.flagship_fill());
                                 }
                             }
                         }
@@ -362,6 +364,12 @@ mod tests {
                         * (m.full_layers as usize * by_length_full + local * by_length_local)
                         - if packs && local == 1 {
                             2 * 2 * by_length_local
+                        } else {
+                            0
+                        }
+                        // The fill tile of full layers at d 65-128 (`flagship_fill`).
+                        + if (65..=128).contains(&dmax) {
+                            2 * 2 * variants * m.full_layers as usize
                         } else {
                             0
                         };

@@ -127,6 +127,7 @@ fn default_plan(arch: Arch) -> Vec<KernelSpec> {
                             };
                             out.extend(class.portable());
                             out.extend(class.flagship_by_shape());
+                            out.extend(class.flagship_fill());
                         }
                     }
                 }
@@ -150,9 +151,10 @@ mod tests {
             // sequences, 128x128 for short) and for d 256 unmasked and causal (128x80 long,
             // 128x64 short); packed local masks also on the narrow tiles (d 64: 192x64,
             // 192x80 and 128x64; d 96, 128: 128x64; d 192: 128x112 and 128x64; per dtype and
-            // LSE: 2 x 2 x (3 + 1 + 1 + 2) = 28).
+            // LSE: 2 x 2 x (3 + 1 + 1 + 2) = 28); and the 64x128 fill tile for d 96 and 128,
+            // unmasked and causal, packed and not (`flagship_fill`: 2 x 2 x 2 x 2 x 2 = 32).
             let flagship = if arch == Arch::Sm90 {
-                8 * 2 * 3 * 2 * 2 + 2 * 2 * 2 * 2 + 28
+                8 * 2 * 3 * 2 * 2 + 2 * 2 * 2 * 2 + 28 + 32
             } else {
                 0
             };

@@ -206,6 +206,11 @@ fn varlen_rows_pair(p: &Problem) -> bool {
 /// SM is about 0.45 of the flagship's, so the split pays below 45% of the SMs.
 pub const FLAGSHIP_SPLIT_FILL: (usize, usize) = (9, 20);
 
+/// Keys from which a call whose 128-row flagship tiles fill at most half the SMs takes the
+/// 64-row fill tile (`SpecClass::flagship_fill`; measured at 8k and 32k keys, 1.26-1.28x).
+/// Shorter calls keep the tile by shape: a tile's fixed costs weigh more there (unmeasured).
+pub const FILL_MIN_KEYS: usize = 8192;
+
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
 /// keys a window lets a query block see.
@@ -239,6 +244,9 @@ pub struct Prefer {
     /// Packed GQA on the flagship where selection packs (else it runs unpacked, all that
     /// libraries built before the packed flagship ship).
     pub pack: bool,
+    /// The flagship's 64-row fill tile (`SpecClass::flagship_fill`) where a long call's
+    /// 128-row tiles fill at most half the SMs (libraries built before it lack it).
+    pub fill: bool,
 }
 
 impl Prefer {
@@ -247,18 +255,25 @@ impl Prefer {
         flagship: true,
         by_shape: true,
         pack: true,
+        fill: true,
     };
-    /// Best first: everything; no decode tile; the flagship unpacked; the flagship's table
-    /// tile (unpacked); the portable table alone.
-    pub const FALLBACKS: [Prefer; 5] = [
+    /// Best first: everything; no fill tile; no decode tile; the flagship unpacked; the
+    /// flagship's table tile (unpacked); the portable table alone.
+    pub const FALLBACKS: [Prefer; 6] = [
         Prefer::ALL,
         Prefer {
+            fill: false,
+            ..Prefer::ALL
+        },
+        Prefer {
             decode: false,
+            fill: false,
             ..Prefer::ALL
         },
         Prefer {
             decode: false,
             pack: false,
+            fill: false,
             ..Prefer::ALL
         },
         Prefer {
@@ -266,12 +281,14 @@ impl Prefer {
             flagship: true,
             by_shape: false,
             pack: false,
+            fill: false,
         },
         Prefer {
             decode: false,
             flagship: false,
             by_shape: false,
             pack: false,
+            fill: false,
         },
     ];
 }
@@ -284,7 +301,15 @@ pub fn select(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selecti
 
 /// The kernel on the family's main tile table (the fallback for decode-shaped problems).
 pub fn select_table(p: &Problem, v: &Validated, device: &DeviceInfo) -> Result<Selection, Error> {
-    select_with(p, v, device, Prefer::FALLBACKS[1])
+    select_with(
+        p,
+        v,
+        device,
+        Prefer {
+            decode: false,
+            ..Prefer::ALL
+        },
+    )
 }
 
 pub fn select_with(
@@ -424,7 +449,7 @@ pub fn select_with(
     } else {
         (p.seqlen_q, false) // the flagship took the class unpacked
     };
-    let m_blocks = rows.div_ceil(spec.block_m() as usize);
+    let mut m_blocks = rows.div_ceil(spec.block_m() as usize);
     let heads = if pack_gqa { p.heads_kv } else { p.heads };
     // FA4's heuristic, exactly, on sm100f. FA4 never splits on sm90 / sm120; fa4gen does, with
     // the same rule counting CTA slots instead of SMs: the portable kernel holds 2 CTAs of 128
@@ -470,6 +495,24 @@ pub fn select_with(
     } else {
         num_splits
     };
+    // A long call whose 128-row flagship tiles fill at most half the SMs runs on the 64-row
+    // fill tile instead: twice the tiles, still one round (`SpecClass::flagship_fill`).
+    if num_splits == 1
+        && prefer.fill
+        && p.tile_mn.is_none()
+        && spec.imp == crate::spec::Impl::Wgmma
+        && spec.tile_m == 128
+        && p.seqlen_k >= FILL_MIN_KEYS
+        && 2 * m_blocks * heads * p.batch <= device.sm_count as usize
+        && let Some(fill) = (SpecClass {
+            pack_gqa: spec.pack_gqa,
+            ..class
+        })
+        .flagship_fill()
+    {
+        spec = fill;
+        m_blocks = rows.div_ceil(spec.block_m() as usize);
+    }
     if num_splits > 1 {
         if spec.imp == crate::spec::Impl::Wgmma {
             // The flagship does not split: the portable kernel serves split calls, with the
@@ -699,7 +742,7 @@ mod tests {
         // flagship runs the call unpacked.
         let mut u = Problem::new(DType::Bf16, 2, 300, 300, 64, 8, 64, 64);
         u.causal = true;
-        let s = select_with(&u, &u.validate().unwrap(), &H200, Prefer::FALLBACKS[2]).unwrap();
+        let s = select_with(&u, &u.validate().unwrap(), &H200, Prefer::FALLBACKS[3]).unwrap();
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, false));
         // gpt-oss's sliding layer (window 128, packed d 64) takes the narrow 192x80 tile (24
         // queries span 151 keys: two blocks of 80); the same window unpacked (no group) stays
@@ -756,6 +799,7 @@ mod tests {
             flagship: false,
             by_shape: false,
             pack: true,
+            fill: false,
         };
         let s = select_with(&p, &p.validate().unwrap(), &H200, prefer).unwrap();
         assert_eq!(s.spec.imp, Impl::Portable);
@@ -880,7 +924,7 @@ mod tests {
         // after the by-shape pick is that tile, still the flagship (not the portable kernel).
         p.seqlen_k = 4096;
         let v = p.validate().unwrap();
-        let by_table = select_with(&p, &v, &H200, Prefer::FALLBACKS[3]).unwrap();
+        let by_table = select_with(&p, &v, &H200, Prefer::FALLBACKS[4]).unwrap();
         assert_eq!(
             (by_table.spec.imp, by_table.spec.tile_n),
             (Impl::Wgmma, 160)
@@ -1152,6 +1196,43 @@ mod tests {
     }
 
     #[test]
+    fn long_calls_on_half_the_sms_take_the_fill_tile() {
+        let call = |sq: usize, sk: usize, h: usize, d: usize| {
+            let mut p = Problem::new(DType::Bf16, 1, sq, sk, h, h, d, d);
+            p.causal = true;
+            p
+        };
+        let tile = |p: &Problem| {
+            let s = sel(p, &H200);
+            (s.spec.imp, s.spec.tile_m, s.spec.tile_n, s.tiles)
+        };
+        // 2 Q blocks x 32 heads = 64 tiles of 128 rows over 32k keys: 128 tiles of 64 rows.
+        assert_eq!(
+            tile(&call(256, 32768, 32, 128)),
+            (Impl::Wgmma, 64, 128, 128)
+        );
+        // 66 tiles of 128 rows fill exactly half of the 132 SMs: fill; 67 do not.
+        assert_eq!(tile(&call(256, 8192, 33, 128)).1, 64);
+        assert_eq!(tile(&call(256, 8192, 34, 128)).1, 128);
+        // Shorter calls keep the tile by shape; so do d 64 and d 256, local windows, pages, a
+        // caller's tile and a library without the fill tile.
+        assert_eq!(tile(&call(256, FILL_MIN_KEYS - 1, 32, 128)).1, 128);
+        assert_eq!(tile(&call(256, 8192, 32, 96)).1, 64);
+        assert_ne!(tile(&call(256, 32768, 32, 64)).1, 64);
+        assert_ne!(tile(&call(256, 32768, 8, 256)).1, 64);
+        let mut w = call(256, 32768, 32, 128);
+        w.causal = false;
+        w.window = (Some(4095), Some(0));
+        assert_eq!(tile(&w).1, 128);
+        let mut t = call(256, 32768, 32, 128);
+        t.tile_mn = Some((128, 128));
+        assert_eq!(tile(&t).1, 128);
+        let p = call(256, 32768, 32, 128);
+        let s = select_with(&p, &p.validate().unwrap(), &H200, Prefer::FALLBACKS[1]).unwrap();
+        assert_eq!((s.spec.imp, s.spec.tile_m), (Impl::Wgmma, 128));
+    }
+
+    #[test]
     fn heuristic_splits_leave_the_flagship_unsplit_from_45_percent_of_the_sms() {
         let chunk = |b: usize, sq: usize, h: usize, splits: i32| {
             let mut p = Problem::new(DType::Bf16, b, sq, 32768, h, 8, 128, 128);
@@ -1159,9 +1240,11 @@ mod tests {
             p.num_splits = splits;
             p
         };
-        // 64 tiles of 128 queries x 32 heads (48% of 132 SMs): the flagship, unsplit.
+        // 64 tiles of 128 queries x 32 heads (48% of 132 SMs): the flagship, unsplit, on its
+        // 64-row fill tile (128 tiles: still one round).
         let s = sel(&chunk(1, 256, 32, 0), &H200);
-        assert_eq!((s.spec.imp, s.num_splits, s.tiles), (Impl::Wgmma, 1, 64));
+        assert_eq!((s.spec.imp, s.num_splits, s.tiles), (Impl::Wgmma, 1, 128));
+        assert_eq!((s.spec.tile_m, s.spec.tile_n), (64, 128));
         // Packed: 4 batches x 8 KV heads x 2 blocks of 128 rows (32 queries x G 8): 64 tiles.
         let s = sel(&chunk(4, 32, 64, 0), &H200);
         assert_eq!((s.spec.imp, s.num_splits), (Impl::Wgmma, 1));

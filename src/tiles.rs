@@ -116,6 +116,26 @@ impl SpecClass {
         })
     }
 
+    /// The flagship's fill tile: 64 rows (one consumer warpgroup) by 128 keys, for calls whose
+    /// 128-row tiles would leave half the SMs idle (`select::FILL_MIN_KEYS`): twice the tiles
+    /// at about 0.63 of a 128-row tile's rate per SM. H200, d 128 H 32/8, causal bottom-right,
+    /// CUDA graphs, ms 128-row table tile / 64x128 (`…-session31-chunked-m64-probe.jsonl`):
+    /// Sq 128 over 8k 0.090 / 0.0715, over 32k 0.330 / 0.262; Sq 256 over 32k 0.333 / 0.264;
+    /// B 2 x Sq 32 packed (H 64/8) over 8k 0.088 / 0.069: 1.26-1.28x. Head dims 65-128,
+    /// unmasked or causal, unpaged (paged calls take their tile by the pages); `None` elsewhere.
+    pub fn flagship_fill(self) -> Option<KernelSpec> {
+        let fits = self.arch == Arch::Sm90
+            && (65..=128).contains(&self.d.max(self.dv))
+            && self.mask != Mask::Local
+            && !self.feat.paged
+            && !self.feat.split;
+        Some(KernelSpec {
+            imp: Impl::Wgmma,
+            ..self.on_tile(64, 128)
+        })
+        .filter(|s| fits && s.can_implement().is_ok())
+    }
+
     /// The flagship for paged K/V of `page_size` keys, whose blocks TMA loads as boxes of
     /// gcd(page_size, tile_n) rows, one per page. Each box costs: on the H200 (d 128, B 8,
     /// Sq 1k, Sk 4k, H 32/8, causal; contiguous 128x160 0.753 ms, 128x128 0.838 ms) page 128

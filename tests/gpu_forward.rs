@@ -604,6 +604,7 @@ fn oracle_flagship_tiles() {
         (64, (64, 64)),
         (128, (64, 128)),
         (128, (64, 64)),
+        (96, (64, 128)), // the fill tile (`SpecClass::flagship_fill`) at d 96 too
         (64, (192, 128)),
         (64, (128, 128)),
     ] {

@@ -448,6 +448,8 @@ CHUNKED_SHAPES = [  # (B, Sq, Sk, H, Hkv, d, causal): query chunks over a long c
     (1, 256, 16384, 64, 8, 64, True),
     (1, 256, 32768, 32, 8, 128, False),
     (1, 128, 8192, 32, 8, 128, False),
+    (1, 256, 32768, 32, 8, 96, True),
+    (1, 256, 4096, 32, 8, 128, True),
 ]
 
 
@@ -456,7 +458,9 @@ def chunked():
     The default (num_splits=1, FA4's) runs the sm90 flagship unsplit on as many CTAs as tiles;
     num_splits=0 takes the split heuristic: the flagship unsplit where its tiles fill 45% of the
     SMs, else a split on the portable kernel (the flagship does not split); explicit splits
-    (portable) beside them. Causal is bottom-right (query i sees Sk - Sq + i + 1
+    (portable) beside them, and for d 65-128 the flagship forced onto its 128x128 and 64x128
+    tiles (the default takes the 64-row fill tile where 128-row tiles fill half the SMs or
+    less, from 8k keys). Causal is bottom-right (query i sees Sk - Sq + i + 1
     keys); SDPA's causal is top-left, so cuDNN runs beside the unmasked rows only."""
     for b, sq, sk, h, hkv, d, causal in CHUNKED_SHAPES:
         n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
@@ -467,11 +471,14 @@ def chunked():
         flop = 4 * b * h * d * pairs
         row = dict(bench="chunked", b=b, sq=sq, sk=sk, h=h, hkv=hkv, d=d, causal=causal)
         # Unsplit and the heuristic twice each, in turns (the clocks drift within a section).
+        tiles = ((None, ""), ((128, 128), "_m128"), ((64, 128), "_m64")) if 64 < d <= 128 else ((None, ""),)
         for splits, key in ((1, "splits1"), (0, "heuristic"), (2, "splits2"), (4, "splits4"), (8, "splits8"),
                             (0, "heuristic_again"), (1, "splits1_again")):
-            ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=causal, num_splits=splits), n)
-            row[f"ms_{key}"] = round(ms, 4)
-            row[f"tflops_{key}"] = round(flop / ms / 1e9, 1)
+            for tile_mn, suffix in tiles if splits == 1 else ((None, ""),):
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=causal, num_splits=splits,
+                                                                    tile_mn=tile_mn), n)
+                row[f"ms_{key}{suffix}"] = round(ms, 4)
+                row[f"tflops_{key}{suffix}"] = round(flop / ms / 1e9, 1)
         row["kernel_default"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal)
         row["kernel_heuristic"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal, num_splits=0)
         if not causal:
