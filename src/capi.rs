@@ -208,6 +208,7 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
             v => return Err(invalid("pack_gqa", v, "-1 (default), 0 or 1")),
         },
         cta_pairs: None,
+        fill_tile: None,
         split_tail: None,
         m_major_runs: None,
         lpt_rounds: None,

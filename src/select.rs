@@ -207,9 +207,12 @@ fn varlen_rows_pair(p: &Problem) -> bool {
 pub const FLAGSHIP_SPLIT_FILL: (usize, usize) = (9, 20);
 
 /// Keys from which a call whose 128-row flagship tiles fill at most half the SMs takes the
-/// 64-row fill tile (`SpecClass::flagship_fill`; measured at 8k and 32k keys, 1.26-1.28x).
-/// Shorter calls keep the tile by shape: a tile's fixed costs weigh more there (unmeasured).
-pub const FILL_MIN_KEYS: usize = 8192;
+/// 64-row fill tile (`SpecClass::flagship_fill`). H200, d 128 H 32/8, CUDA graphs, ms on the
+/// 128-row tile / the fill tile (`…-session31-chunked-fill.jsonl`): Sq 256 causal over 4k
+/// 0.050 / 0.040, over 8k 0.093 / 0.073, over 32k 0.345 / 0.264; unmasked over 32k 0.342 /
+/// 0.265 (cuDNN 0.381); d 96 0.345 / 0.254. Shorter calls keep the tile by shape: a tile's
+/// fixed costs weigh more there (not measured below 4k).
+pub const FILL_MIN_KEYS: usize = 4096;
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
@@ -495,14 +498,18 @@ pub fn select_with(
     } else {
         num_splits
     };
-    // A long call whose 128-row flagship tiles fill at most half the SMs runs on the 64-row
-    // fill tile instead: twice the tiles, still one round (`SpecClass::flagship_fill`).
+    // A call of FILL_MIN_KEYS keys or more whose 128-row flagship tiles fill at most half the
+    // SMs runs on the 64-row fill tile instead: twice the tiles, still one round
+    // (`SpecClass::flagship_fill`). Unsplit calls only: the default num_splits=1, and the
+    // heuristic's where 128-row tiles fill FLAGSHIP_SPLIT_FILL of the SMs; below that its
+    // split on the portable kernel stays (H200, Sq 128 over 32k: 0.222 ms against 0.265 on
+    // the fill tile; over 8k 0.077 against 0.072).
     if num_splits == 1
         && prefer.fill
         && p.tile_mn.is_none()
         && spec.imp == crate::spec::Impl::Wgmma
         && spec.tile_m == 128
-        && p.seqlen_k >= FILL_MIN_KEYS
+        && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
         && 2 * m_blocks * heads * p.batch <= device.sm_count as usize
         && let Some(fill) = (SpecClass {
             pack_gqa: spec.pack_gqa,
@@ -720,7 +727,8 @@ mod tests {
         let s = sel(&g3, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Portable, true));
         // d 128 packs by default only where the unpacked flagship cannot serve (Sq <= 64).
-        let mut w = Problem::new(DType::Bf16, 2, 100, 4096, 64, 8, 128, 128);
+        // (Under FILL_MIN_KEYS keys: the 128-row tiles, not the fill tile.)
+        let mut w = Problem::new(DType::Bf16, 2, 100, 4000, 64, 8, 128, 128);
         assert!(!sel(&w, &H200).spec.pack_gqa);
         w.seqlen_q = 40;
         let s = sel(&w, &H200);
@@ -809,6 +817,11 @@ mod tests {
     /// blocks, over an even grid.
     #[test]
     fn pairs() {
+        // On the 128-row tiles (a few Q blocks over 4k+ keys would take the fill tile:
+        // `long_calls_on_half_the_sms_take_the_fill_tile`).
+        let sel = |p: &Problem, dev: &DeviceInfo| {
+            select_with(p, &p.validate().unwrap(), dev, Prefer::FALLBACKS[1]).unwrap()
+        };
         let mut p = Problem::new(DType::Bf16, 1, 1000, 1000, 1, 1, 128, 128);
         assert!(!sel(&p, &H200).pairs); // default: 4k keys and more
         p.seqlen_k = PAIRS_MIN_KEYS;
@@ -1212,8 +1225,8 @@ mod tests {
             (Impl::Wgmma, 64, 128, 128)
         );
         // 66 tiles of 128 rows fill exactly half of the 132 SMs: fill; 67 do not.
-        assert_eq!(tile(&call(256, 8192, 33, 128)).1, 64);
-        assert_eq!(tile(&call(256, 8192, 34, 128)).1, 128);
+        assert_eq!(tile(&call(256, FILL_MIN_KEYS, 33, 128)).1, 64);
+        assert_eq!(tile(&call(256, FILL_MIN_KEYS, 34, 128)).1, 128);
         // Shorter calls keep the tile by shape; so do d 64 and d 256, local windows, pages, a
         // caller's tile and a library without the fill tile.
         assert_eq!(tile(&call(256, FILL_MIN_KEYS - 1, 32, 128)).1, 128);
@@ -1227,6 +1240,16 @@ mod tests {
         let mut t = call(256, 32768, 32, 128);
         t.tile_mn = Some((128, 128));
         assert_eq!(tile(&t).1, 128);
+        // `Problem::fill_tile` forces either way (still only where half the SMs or fewer).
+        let mut f = call(256, 32768, 32, 128);
+        f.fill_tile = Some(false);
+        assert_eq!(tile(&f).1, 128);
+        let mut f = call(256, 1000, 32, 128);
+        f.fill_tile = Some(true);
+        assert_eq!(tile(&f).1, 64);
+        f.heads = 34;
+        f.heads_kv = 34;
+        assert_eq!(tile(&f).1, 128);
         let p = call(256, 32768, 32, 128);
         let s = select_with(&p, &p.validate().unwrap(), &H200, Prefer::FALLBACKS[1]).unwrap();
         assert_eq!((s.spec.imp, s.spec.tile_m), (Impl::Wgmma, 128));

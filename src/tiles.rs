@@ -116,13 +116,16 @@ impl SpecClass {
         })
     }
 
-    /// The flagship's fill tile: 64 rows (one consumer warpgroup) by 128 keys, for calls whose
-    /// 128-row tiles would leave half the SMs idle (`select::FILL_MIN_KEYS`): twice the tiles
-    /// at about 0.63 of a 128-row tile's rate per SM. H200, d 128 H 32/8, causal bottom-right,
-    /// CUDA graphs, ms 128-row table tile / 64x128 (`…-session31-chunked-m64-probe.jsonl`):
-    /// Sq 128 over 8k 0.090 / 0.0715, over 32k 0.330 / 0.262; Sq 256 over 32k 0.333 / 0.264;
-    /// B 2 x Sq 32 packed (H 64/8) over 8k 0.088 / 0.069: 1.26-1.28x. Head dims 65-128,
-    /// unmasked or causal, unpaged (paged calls take their tile by the pages); `None` elsewhere.
+    /// The flagship's fill tile: 64 rows (one consumer warpgroup) by 128 keys, for long calls
+    /// whose 128-row tiles would leave half the SMs idle (`select::FILL_MIN_KEYS`): twice the
+    /// tiles in one round, at about 0.63 of a 128-row tile's rate per SM. H200, d 128 H 32/8,
+    /// causal bottom-right, CUDA graphs, ms forced 128x128 / 64x128 in one run
+    /// (`…-session31-chunked-fill.jsonl`): Sq 128 over 8k 0.091 / 0.072, over 32k 0.337 /
+    /// 0.265; Sq 256 over 4k 0.050 / 0.040, over 32k 0.346 / 0.264; B 2 x Sq 32 packed (H 64/8)
+    /// over 8k 0.089 / 0.070; d 96 Sq 256 over 32k 0.341 / 0.254: 1.25-1.34x. With twice the
+    /// SMs' worth of 128-row tiles it loses (Sq 512 over 32k, 128 tiles: 0.40 / 0.57). Head
+    /// dims 65-128, unmasked or causal, unpaged (paged calls take their tile by the pages);
+    /// `None` elsewhere.
     pub fn flagship_fill(self) -> Option<KernelSpec> {
         let fits = self.arch == Arch::Sm90
             && (65..=128).contains(&self.d.max(self.dv))

@@ -98,12 +98,15 @@ struct Case {
     /// Run the case in every order of its causal runs on the same inputs, bit-compared
     /// (`in_every_run_order`); `m_major` and `lpt` are then ignored.
     every_order: bool,
+    /// `Problem::fill_tile` (`None`: selection's default). Cases that count CTA pairs or
+    /// place the stale max's slow path keep the 128-row tiles their shapes were made for.
+    fill: Option<bool>,
 }
 
 impl Case {
     fn name(&self) -> String {
         format!(
-            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?} m_major={:?} lpt={:?} every_order={}",
+            "{:?} d{}x{} B{} Sq{} Sk{} H{}/{} causal={} window={:?} lse={} pack={:?} pad={} tile={:?} pairs={:?} late={:?} split_tail={:?} m_major={:?} lpt={:?} every_order={} fill={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -123,7 +126,8 @@ impl Case {
             self.split_tail,
             self.m_major,
             self.lpt,
-            self.every_order
+            self.every_order,
+            self.fill
         )
     }
 }
@@ -189,6 +193,7 @@ fn problem(c: &Case) -> Problem {
     p.pack_gqa = c.pack_gqa;
     p.tile_mn = c.tile_mn;
     p.cta_pairs = c.pairs;
+    p.fill_tile = c.fill;
     p.split_tail = c.split_tail;
     p.m_major_runs = c.m_major;
     p.lpt_rounds = c.lpt;
@@ -502,6 +507,7 @@ fn oracle_matrix() {
                             m_major: None,
                             lpt: None,
                             every_order: false,
+                            fill: None,
                         });
                     }
                     combo += 1;
@@ -554,6 +560,7 @@ fn oracle_flagship() {
                             m_major: None,
                             lpt: None,
                             every_order: false,
+                            fill: None,
                         });
                     }
                 }
@@ -635,6 +642,7 @@ fn oracle_flagship_tiles() {
                     m_major: None,
                     lpt: None,
                     every_order: false,
+                    fill: None,
                 });
             }
         }
@@ -698,6 +706,7 @@ fn oracle_flagship_causal_runs() {
                 m_major: None,
                 lpt: None,
                 every_order: false,
+                fill: None,
             });
         }
     }
@@ -758,6 +767,7 @@ fn oracle_flagship_pairs() {
                 m_major: None,
                 lpt: None,
                 every_order: false,
+                fill: None,
             });
         }
     }
@@ -842,6 +852,7 @@ fn oracle_flagship_causal_pairs() {
                 m_major: None,
                 lpt: None,
                 every_order: false,
+                fill: Some(false),
             });
         }
     }
@@ -911,6 +922,7 @@ fn oracle_flagship_split_tail() {
             m_major: None,
             lpt: None,
             every_order: false,
+            fill: None,
         });
     }
     // The same shapes with the tail whole: the control.
@@ -921,6 +933,7 @@ fn oracle_flagship_split_tail() {
             m_major: None,
             lpt: None,
             every_order: false,
+            fill: None,
             ..c.clone()
         })
         .collect();
@@ -994,6 +1007,7 @@ fn late_max_cases() -> Vec<Case> {
                             m_major: None,
                             lpt: None,
                             every_order: false,
+                            fill: Some(false),
                         });
                     }
                 }
@@ -1080,6 +1094,7 @@ fn oracle_edges() {
         m_major: None,
         lpt: None,
         every_order: false,
+        fill: None,
     };
     let cases = vec![
         Case {
