@@ -226,7 +226,8 @@ impl ModelAttention {
                                     out.extend(c.flagship_for_pages(16));
                                 } else {
                                     out.extend(c.flagship_by_shape());
-                                    // Calls whose 128-row tiles fill half the SMs or less.
+                                    // Dense calls whose 128-row tiles fill half the SMs or
+                                    // fewer (`flagship_fill`: none for other features).
                                     out.extend(c.flagship_fill());
                                 }
                             }
@@ -367,9 +368,10 @@ mod tests {
                         } else {
                             0
                         }
-                        // The fill tile of full layers at d 65-128 (`flagship_fill`).
+                        // The fill tile of full layers at d 65-128, dense rows only
+                        // (`flagship_fill`: per LSE flag and packing).
                         + if (65..=128).contains(&dmax) {
-                            2 * 2 * variants * m.full_layers as usize
+                            2 * variants * m.full_layers as usize
                         } else {
                             0
                         };

@@ -124,14 +124,14 @@ impl SpecClass {
     /// 0.265; Sq 256 over 4k 0.050 / 0.040, over 32k 0.346 / 0.264; B 2 x Sq 32 packed (H 64/8)
     /// over 8k 0.089 / 0.070; d 96 Sq 256 over 32k 0.341 / 0.254: 1.25-1.34x. With twice the
     /// SMs' worth of 128-row tiles it loses (Sq 512 over 32k, 128 tiles: 0.40 / 0.57). Head
-    /// dims 65-128, unmasked or causal, unpaged (paged calls take their tile by the pages);
-    /// `None` elsewhere.
+    /// dims 65-128, unmasked or causal, dense (no varlen, pages, sinks or softcap: the 64-row
+    /// tile has run on the GPU with none of them; paged calls take their tile by the pages
+    /// anyway); `None` elsewhere.
     pub fn flagship_fill(self) -> Option<KernelSpec> {
         let fits = self.arch == Arch::Sm90
             && (65..=128).contains(&self.d.max(self.dv))
             && self.mask != Mask::Local
-            && !self.feat.paged
-            && !self.feat.split;
+            && self.feat == Features::default();
         Some(KernelSpec {
             imp: Impl::Wgmma,
             ..self.on_tile(64, 128)
