@@ -489,9 +489,11 @@ pub fn select_with(
     // The heuristic's split on sm90 runs on the portable kernel, at under half the flagship's
     // rate per SM: the flagship unsplit, on one CTA per tile, is faster from FLAGSHIP_SPLIT_FILL
     // of the SMs up. (FA4 never splits here; a caller's explicit count is honoured.)
+    // The tiles of the spec chosen so far, counted by both rules below.
+    let flagship_tiles = m_blocks * heads * p.batch;
     let num_splits = if v.num_splits < 1
         && spec.imp == crate::spec::Impl::Wgmma
-        && m_blocks * heads * p.batch * FLAGSHIP_SPLIT_FILL.1
+        && flagship_tiles * FLAGSHIP_SPLIT_FILL.1
             >= device.sm_count as usize * FLAGSHIP_SPLIT_FILL.0
     {
         1
@@ -510,7 +512,7 @@ pub fn select_with(
         && spec.imp == crate::spec::Impl::Wgmma
         && spec.tile_m == 128
         && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
-        && 2 * m_blocks * heads * p.batch <= device.sm_count as usize
+        && 2 * flagship_tiles <= device.sm_count as usize
         && let Some(fill) = (SpecClass {
             pack_gqa: spec.pack_gqa,
             ..class
@@ -1227,7 +1229,7 @@ mod tests {
         // 66 tiles of 128 rows fill exactly half of the 132 SMs: fill; 67 do not.
         assert_eq!(tile(&call(256, FILL_MIN_KEYS, 33, 128)).1, 64);
         assert_eq!(tile(&call(256, FILL_MIN_KEYS, 34, 128)).1, 128);
-        // Shorter calls keep the tile by shape; so do d 64 and d 256, local windows, pages, a
+        // Shorter calls keep the tile by shape; so do d 64 and d 256, local windows, a
         // caller's tile and a library without the fill tile.
         assert_eq!(tile(&call(256, FILL_MIN_KEYS - 1, 32, 128)).1, 128);
         assert_eq!(tile(&call(256, 8192, 32, 96)).1, 64);

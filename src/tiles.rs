@@ -550,6 +550,65 @@ mod tests {
     use crate::runtime::{Problem, Varlen, combine_spec};
 
     #[test]
+    fn the_fill_tile_is_dense_d_65_to_128_unmasked_or_causal_on_sm90() {
+        let class = |d: u32, mask: Mask, feat: Features| SpecClass {
+            arch: Arch::Sm90,
+            dtype: DType::Bf16,
+            d,
+            dv: d,
+            q_stage: 1,
+            mask,
+            lse: true,
+            pack_gqa: true,
+            feat,
+        };
+        let dense = Features::default();
+        for d in [96, 128] {
+            for mask in [Mask::None, Mask::Causal] {
+                let s = class(d, mask, dense).flagship_fill().unwrap();
+                assert_eq!((s.imp, s.tile_m, s.tile_n), (Impl::Wgmma, 64, 128));
+            }
+            assert_eq!(class(d, Mask::Local, dense).flagship_fill(), None);
+        }
+        for d in [64, 192, 256] {
+            assert_eq!(class(d, Mask::Causal, dense).flagship_fill(), None);
+        }
+        for feat in [
+            Features {
+                varlen: true,
+                ..dense
+            },
+            Features {
+                paged: true,
+                ..dense
+            },
+            Features {
+                sink: true,
+                ..dense
+            },
+            Features {
+                softcap: true,
+                ..dense
+            },
+            Features {
+                split: true,
+                ..dense
+            },
+        ] {
+            assert_eq!(
+                class(128, Mask::Causal, feat).flagship_fill(),
+                None,
+                "{feat:?}"
+            );
+        }
+        let sm100 = SpecClass {
+            arch: Arch::Sm100f,
+            ..class(128, Mask::Causal, dense)
+        };
+        assert_eq!(sm100.flagship_fill(), None);
+    }
+
+    #[test]
     fn one_combine_module_per_combine_key() {
         for arch in Arch::ALL {
             for dv in [8, 40, 64, 96, 128, 256] {
