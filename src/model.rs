@@ -226,10 +226,10 @@ impl ModelAttention {
                                     out.extend(c.flagship_for_pages(16));
                                 } else {
                                     out.extend(c.flagship_by_shape());
-                                    // Dense calls whose 128-row tiles fill half the SMs or
-                                    // fewer (`flagship_fill`: none for other features).
-                                    out.extend(c.flagship_fill());
                                 }
+                                // Calls whose 128-row tiles fill half the SMs or fewer
+                                // (`flagship_fill`: full layers at d 65-128, any pages).
+                                out.extend(c.flagship_fill());
                             }
                         }
                     }
@@ -340,11 +340,43 @@ mod tests {
                 // unpacked where it does not (no group, or d > 64 past 64 queries).
                 let (flagship, a): (Vec<_>, Vec<_>) =
                     all.into_iter().partition(|s| s.imp == Impl::Wgmma);
+                // The flagship's split-KV: its unmasked and causal tiles, split (not the fill
+                // tile, which runs unsplit only).
+                let (flagship_split, flagship): (Vec<_>, Vec<_>) =
+                    flagship.into_iter().partition(|s| s.feat.split);
+                let is_fill = |s: &KernelSpec| {
+                    s.tile_m == 64 && s.tile_n == 128 && s.mask != crate::spec::Mask::Local
+                };
+                let expect_split: Vec<KernelSpec> = flagship
+                    .iter()
+                    .filter(|s| s.mask != crate::spec::Mask::Local && !is_fill(s))
+                    .map(|s| KernelSpec {
+                        feat: crate::spec::Features {
+                            split: true,
+                            ..s.feat
+                        },
+                        ..*s
+                    })
+                    .collect();
+                let stems = |v: &[KernelSpec]| {
+                    let mut v: Vec<String> = v.iter().map(|s| s.stem()).collect();
+                    v.sort();
+                    v
+                };
+                assert_eq!(
+                    stems(&flagship_split),
+                    stems(&expect_split),
+                    "{name} {arch}"
+                );
                 let flagship_dims =
                     m.head_dim.is_multiple_of(16) && m.head_dim_v.is_multiple_of(16);
                 if arch == Arch::Sm90 && flagship_dims {
+                    // The fill tile (`flagship_fill`): full layers at d 65-128, per LSE flag,
+                    // varlen and pages, and packing.
+                    let (fill, flagship): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
+                        flagship.iter().partition(|s| is_fill(s));
                     let (paged, unpaged): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
-                        flagship.iter().partition(|s| s.feat.paged);
+                        flagship.into_iter().partition(|s| s.feat.paged);
                     // Two tiles by shape (`flagship_by_shape`) at d <= 128, and at d 256 for
                     // full layers (128x80 and 128x64; its local masks have 128x64 only).
                     let dmax = m.head_dim.max(m.head_dim_v);
@@ -367,14 +399,13 @@ mod tests {
                             2 * 2 * by_length_local
                         } else {
                             0
-                        }
-                        // The fill tile of full layers at d 65-128, dense rows only
-                        // (`flagship_fill`: per LSE flag and packing).
-                        + if (65..=128).contains(&dmax) {
-                            2 * variants * m.full_layers as usize
-                        } else {
-                            0
                         };
+                    let expect_fill = if (65..=128).contains(&dmax) {
+                        2 * 4 * variants * m.full_layers as usize
+                    } else {
+                        0
+                    };
+                    assert_eq!(fill.len(), expect_fill, "{name} {arch}");
                     assert_eq!(wide.len(), expect_wide, "{name} {arch}");
                     if packs && m.sliding_window.is_some() {
                         assert!(narrow.len() >= 2 * 2 * by_length_local, "{name} {arch}");

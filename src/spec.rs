@@ -782,8 +782,8 @@ impl KernelSpec {
         if self.q_stage != 1 {
             return no("has no q_stage 2 (two consumer warpgroups already share each K/V tile)");
         }
-        if self.feat.split {
-            return no("has no split-KV (the portable kernel serves it)");
+        if self.feat.split && self.mask == Mask::Local {
+            return no("splits K only unmasked or causal (a window's tiles visit a few blocks)");
         }
         let g = self.geometry();
         let limit = self.arch.max_dynamic_smem();

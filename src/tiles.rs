@@ -124,14 +124,14 @@ impl SpecClass {
     /// 0.265; Sq 256 over 4k 0.050 / 0.040, over 32k 0.346 / 0.264; B 2 x Sq 32 packed (H 64/8)
     /// over 8k 0.089 / 0.070; d 96 Sq 256 over 32k 0.341 / 0.254: 1.25-1.34x. With twice the
     /// SMs' worth of 128-row tiles it loses (Sq 512 over 32k, 128 tiles: 0.40 / 0.57). Head
-    /// dims 65-128, unmasked or causal, dense (no varlen, pages, sinks or softcap: the 64-row
-    /// tile has run on the GPU with none of them; paged calls take their tile by the pages
-    /// anyway); `None` elsewhere.
+    /// dims 65-128, unmasked or causal, with every serving feature but the split (varlen,
+    /// pages, sinks, softcap: chunked prefill in an engine is a varlen call over a paged
+    /// cache); `None` elsewhere.
     pub fn flagship_fill(self) -> Option<KernelSpec> {
         let fits = self.arch == Arch::Sm90
             && (65..=128).contains(&self.d.max(self.dv))
             && self.mask != Mask::Local
-            && self.feat == Features::default();
+            && !self.feat.split;
         Some(KernelSpec {
             imp: Impl::Wgmma,
             ..self.on_tile(64, 128)
@@ -550,7 +550,7 @@ mod tests {
     use crate::runtime::{Problem, Varlen, combine_spec};
 
     #[test]
-    fn the_fill_tile_is_dense_d_65_to_128_unmasked_or_causal_on_sm90() {
+    fn the_fill_tile_is_d_65_to_128_unmasked_or_causal_unsplit_on_sm90() {
         let class = |d: u32, mask: Mask, feat: Features| SpecClass {
             arch: Arch::Sm90,
             dtype: DType::Bf16,
@@ -563,44 +563,31 @@ mod tests {
             feat,
         };
         let dense = Features::default();
-        for d in [96, 128] {
-            for mask in [Mask::None, Mask::Causal] {
-                let s = class(d, mask, dense).flagship_fill().unwrap();
-                assert_eq!((s.imp, s.tile_m, s.tile_n), (Impl::Wgmma, 64, 128));
+        let serving = Features {
+            varlen: true,
+            paged: true,
+            sink: true,
+            softcap: true,
+            split: false,
+        };
+        for feat in [dense, serving] {
+            for d in [96, 128] {
+                for mask in [Mask::None, Mask::Causal] {
+                    let s = class(d, mask, feat).flagship_fill().unwrap();
+                    assert_eq!((s.imp, s.tile_m, s.tile_n), (Impl::Wgmma, 64, 128));
+                    assert_eq!(s.feat, feat);
+                }
+                assert_eq!(class(d, Mask::Local, feat).flagship_fill(), None);
             }
-            assert_eq!(class(d, Mask::Local, dense).flagship_fill(), None);
+            for d in [64, 192, 256] {
+                assert_eq!(class(d, Mask::Causal, feat).flagship_fill(), None);
+            }
         }
-        for d in [64, 192, 256] {
-            assert_eq!(class(d, Mask::Causal, dense).flagship_fill(), None);
-        }
-        for feat in [
-            Features {
-                varlen: true,
-                ..dense
-            },
-            Features {
-                paged: true,
-                ..dense
-            },
-            Features {
-                sink: true,
-                ..dense
-            },
-            Features {
-                softcap: true,
-                ..dense
-            },
-            Features {
-                split: true,
-                ..dense
-            },
-        ] {
-            assert_eq!(
-                class(128, Mask::Causal, feat).flagship_fill(),
-                None,
-                "{feat:?}"
-            );
-        }
+        let split = Features {
+            split: true,
+            ..dense
+        };
+        assert_eq!(class(128, Mask::Causal, split).flagship_fill(), None);
         let sm100 = SpecClass {
             arch: Arch::Sm100f,
             ..class(128, Mask::Causal, dense)

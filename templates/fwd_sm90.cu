@@ -23,9 +23,13 @@
 //       memory (128-byte swizzle; O's own rows, else the tile's Q buffer) and one TMA store per
 //       consumer{% endif %}.{% if chain_tiles %} Tiles are chained: a tile's last P V goes to the tensor cores with
 //       the next tile's first S = Q K^T, whose softmax runs before this tile's epilogue.{% endif %}
-// Features: sink={{ spec.feat.sink }} softcap={{ spec.feat.softcap }} varlen={{ spec.feat.varlen }} paged={{ spec.feat.paged }}
-// (split-KV calls go to the portable kernel). Varlen: Q/O rows at cu_seqlens_q
-// offsets (one map over all rows), K/V at cu_seqlens_k offsets, seqused_q/k lengths. Paged:
+// Features: sink={{ spec.feat.sink }} softcap={{ spec.feat.softcap }} varlen={{ spec.feat.varlen }} paged={{ spec.feat.paged }} split={{ spec.feat.split }}{% if spec.feat.split %}
+// Split-KV: the schedule's tiles come num_splits times (the split slowest), each copy visiting
+// an equal share of its tile's K blocks and writing fp32 O and its LSE to the partials; the
+// canonical combine module, launched as this kernel's programmatic dependent, reduces them{% if spec.feat.sink %}
+// and adds the sink once{% endif %}.{% endif %}
+// Varlen: Q/O rows at cu_seqlens_q offsets (one map over all rows), K/V at cu_seqlens_k
+// offsets, seqused_q/k lengths. Paged:
 // K/V blocks as TMA boxes of gcd(page_size, {{ spec.tile_n }}) rows, each from its page (page sizes
 // that are multiples of 8){% if geo.kv_group_rows == 8 %}, a box spanning every column (K/V stages in 8-row groups){% endif %}.
 // Grid: persistent, {{ ctas_per_sm }} CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
@@ -92,6 +96,11 @@ static_assert(!(kStaleMax && kSoftcap), "the stale exponentials and their recomp
 constexpr bool kSplitTail = {{ split_tail }};
 static_assert(!kSplitTail || (kMask == MaskKind::None && !kVarlen && !kPaged && !kPackGqa),
               "the split tail deals equal tiles: unmasked, dense, unpacked");
+// Split-KV (KernelSpec::feat.split): p.num_splits copies of the schedule, p.o_partial and
+// p.lse_partial in the portable split's layout (fp32 (splits, rows, H, Dv) and (splits, <LSE>)).
+constexpr bool kSplitKv = {{ spec.feat.split }};
+static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
+              "split-KV: no pairs, no split tail, no window (shares of a tile's blocks)");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = {{ geo.stages }};
@@ -183,6 +192,8 @@ struct Tile {
   bool ghost;              // varlen pair: Q block 2k + 1 past its sequence, partner of a real 2k
 {% else %}  static constexpr int n_skip = 0;
   static constexpr bool ghost = false;
+{% endif %}{% if spec.feat.split %}  int split;               // split-KV: which share of the tile's blocks
+{% else %}  static constexpr int split = 0;
 {% endif %}  FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
@@ -225,7 +236,7 @@ struct Tiles {
   static constexpr bool kGrouped = kRun >= 0;
   // Dense causal runs: the host may deal their units by a table (p.unit_order; varlen
   // costs are on the device, so never there, and the read is not compiled in).
-  static constexpr bool kUnitOrder = kRun > 0 && !kVarlen;
+  static constexpr bool kUnitOrder = kRun > 0 && !kVarlen && !kSplitKv;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group, the run.
   FastDivmod by_fast, by_heads, by_group, by_run;
@@ -236,7 +247,7 @@ struct Tiles {
       : group(kPackGqa ? p.group : 1),
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
-        count(m_blocks * heads * p.batch),
+        count(m_blocks * heads * p.batch * (kSplitKv ? p.num_splits : 1)),
         group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
@@ -287,7 +298,13 @@ struct Tiles {
   FA4_DEVICE Tile at(Pick pick, const FwdParams& p) const {
     Tile w;
     int tile = pick.tile;
-    // A host-dealt order (p.unit_order, Selection::lpt_rounds: each round's units, heaviest
+{% if spec.feat.split %}    // Split-KV: copy w.split of the schedule below (the split slowest).
+    {
+      const int base = m_blocks * heads * p.batch;
+      w.split = tile / base;
+      tile -= w.split * base;
+    }
+{% endif %}    // A host-dealt order (p.unit_order, Selection::lpt_rounds: each round's units, heaviest
     // first, to the CTAs of least work so far) permutes the schedule's units; each keeps its
     // head-major decode below, a pair's two tiles together.
     if (kUnitOrder && p.unit_order != nullptr) {
@@ -356,6 +373,14 @@ struct Tiles {
     w.n_hi = w.n_blocks = span > 0 ? (span + kTileN - 1) / kTileN : 0;  // visited last to first
 {% else %}    w.n_hi = mask.block_hi(w.q1, kTileN);
     w.n_blocks = max(w.n_hi - mask.block_lo(w.q0, kTileN), 0);  // visited last to first
+{% endif %}{% if spec.feat.split %}    // Split-KV: this split's equal share of the visited blocks, split 0 the last ones (a
+    // share may be empty: its rows then store O = 0 and LSE = -inf).
+    {
+      const int per = (w.n_blocks + p.num_splits - 1) / p.num_splits;
+      const int v0 = min(w.split * per, w.n_blocks);
+      w.n_hi -= v0;
+      w.n_blocks = min(per, w.n_blocks - v0);
+    }
 {% endif %}{% if pairs %}    // A pair is Q blocks 2k and 2k + 1 of a run (the host pairs only where runs are even and
     // whole): both visit the same blocks, under a causal mask from block 0 up to the heavier
     // one's diagonal. Varlen: where a sequence has 2k + 1 blocks, 2k + 1 is a ghost, which
@@ -901,11 +926,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
   };
   // The tile's rows are done: finalize the softmax (a sink, per head in natural-log units,
-  // joins each row's denominator and LSE), keeping each row's 1 / sum and LSE for the epilogue.
+  // joins each row's denominator and LSE; split-KV: in the combine, once), keeping each row's
+  // 1 / sum and LSE for the epilogue.
   float inv[2], lse[2];
   auto finish_rows = [&](const Tile& w) {
     // (A row's head: the tile's, or packed, the group's first plus the row's place in it.)
-    softmax.template finalize<kSink>(scale_log2, [&](int, int h) {
+    softmax.template finalize<kSink && !kSplitKv>(scale_log2, [&](int, int h) {
       return p.sinks[w.head + tiles.head_in_group(row + 8 * h)] * kLog2e;
     });
 #pragma unroll
@@ -916,11 +942,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   };
 
   // Row r of tile w (in range) has its LSE: (B, H, Sq), or (H, total_q) for packed q, whose
-  // q_row is then the row among all.
+  // q_row is then the row among all; split-KV: in its split's partial LSE, the same layout.
   auto store_lse = [&](const Tile& w, int r, float value) {
     const int qr = tiles.query_of(w.m0 + r), hr = w.head + tiles.head_in_group(r);
     const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
-    p.lse[row0 + (i64)hr * p.lse_head_stride + qr] = value;
+    float* out = kSplitKv ? p.lse_partial + (i64)w.split * p.lse_partial_split_stride : p.lse;
+    out[row0 + (i64)hr * p.lse_head_stride + qr] = value;
   };
 
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
@@ -929,7 +956,27 @@ extern "C" __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   // twice the accumulators' registers, and ptxas spilled at d 256).
   float mine_f[2], their_f[2];  // a merging part's factors for its O and the other's, per row
   auto epilogue = [&](const Tile& w, u32 j, const float* theirs) {
-    // The value of accumulator o[i][e] to store.
+{% if spec.feat.split %}    // Split-KV: fp32 O, normalised, from the accumulators into this split's partials, rows
+    // (query, head) as the combine reads them: 8-byte stores, a quad's 32 bytes of one row.
+    {
+      const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.seqlen_q;
+      float* o_part = p.o_partial + (i64)w.split * p.o_partial_split_stride + 2 * t;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row + 8 * h;
+        if (w.m0 + r >= w.rows) continue;
+        const int hr = w.head + tiles.head_in_group(r);
+        float* dst = o_part + ((row0 + tiles.query_of(w.m0 + r)) * p.heads + hr) * kDv;
+#pragma unroll
+        for (int i = 0; i < kOT; ++i)
+          if (i * 8 < kDv) *reinterpret_cast<float2*>(dst + i * 8) = float2{o[i][2 * h] * inv[h], o[i][2 * h + 1] * inv[h]};
+        if (t == 0) store_lse(w, r, lse[h]);
+      }
+      // The Q buffer, where O would have been staged: free now.
+      if constexpr (!kSeparateO && !kDirectO) warp_arrive(bar.q_empty(j % kQBufs));
+      return;
+    }
+{% endif %}    // The value of accumulator o[i][e] to store.
     auto ov = [&](int i, int e) -> float {
       if (kSplitTail && theirs != nullptr) return o[i][e] * mine_f[e / 2] + __ldcg(theirs + 4 * 32 * i + e) * their_f[e / 2];
       return o[i][e];

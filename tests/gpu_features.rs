@@ -104,6 +104,8 @@ struct Case {
     pairs: Option<bool>,
     /// `Problem::tile_mn`: the kernel's tile (else selection's).
     tile: Option<(u32, u32)>,
+    /// `Problem::fill_tile`: the 64-row fill tile forced on or off (else selection's rule).
+    fill: Option<bool>,
 }
 
 impl Case {
@@ -126,6 +128,7 @@ impl Case {
             late: None,
             pairs: None,
             tile: None,
+            fill: None,
         }
     }
 
@@ -172,7 +175,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -188,7 +191,8 @@ impl Case {
             self.num_splits,
             self.late,
             self.pairs,
-            self.tile
+            self.tile,
+            self.fill
         )
     }
 }
@@ -343,6 +347,7 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
     problem.num_splits = c.num_splits;
     problem.cta_pairs = c.pairs;
     problem.tile_mn = c.tile;
+    problem.fill_tile = c.fill;
     let sinks = c.sinks.then(|| {
         (0..h)
             .map(|_| 2.0 * rng.sample::<f32, _>(StandardNormal))
@@ -840,6 +845,144 @@ fn flagship_packed_gqa() {
         }
     }
     run_all("flagship_packed_gqa", &cases);
+}
+
+/// The flagship's 64-row fill tile (`SpecClass::flagship_fill`) with the serving features:
+/// d 96 and 128, unmasked and causal, q packed or batched, k packed, batched or paged (pages of
+/// 8 to 256 keys incl. 48, shuffled, and pages two pages apart), lengths 0, 1 and up to 250
+/// queries over up to 2000 keys with Sq != Sk both ways, sinks and softcap 15 / 30, GQA packed
+/// and not; `Problem::fill_tile` forces the tile (the CPU test below checks that every case
+/// takes it: at most half the SMs' worth of 128-row tiles).
+fn fill_serving_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(67);
+    let layouts = [
+        (true, KLayout::Packed),
+        (false, KLayout::Batched),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Paged(128)),
+        (true, KLayout::Batched),
+        (true, KLayout::Paged(48)),
+        (false, KLayout::Packed),
+        (true, KLayout::Paged(256)),
+        (false, KLayout::Paged(8)),
+        (true, KLayout::PagedSpaced(16)),
+    ];
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for d in [96, 128] {
+        for (q_packed, k) in layouts {
+            for causal in [false, true] {
+                let mut seqs = vec![
+                    (rng.random_range(0..=250), rng.random_range(0..=2000)),
+                    [(0, 50), (1, 1), (200, 0), (129, 1500)][i % 4],
+                    (250, 1000 + 37 * i),
+                ];
+                if !q_packed && matches!(k, KLayout::Batched) {
+                    seqs = vec![(250, 1000 + 37 * i); 2]; // dense: equal lengths
+                }
+                let g = [1, 2, 4][i % 3];
+                let mut c = Case::flagship_layout(seqs, i, (d, d), g, (q_packed, k));
+                c.causal = causal;
+                c.pack_gqa = Some(i % 4 == 3 && g > 1);
+                c.sinks = i % 3 != 1;
+                c.softcap = [0.0, 15.0, 30.0][(i / 2) % 3];
+                c.fill = Some(true);
+                cases.push(c);
+                i += 1;
+            }
+        }
+    }
+    cases
+}
+
+#[test]
+fn flagship_fill_serving() {
+    run_all("flagship_fill_serving", &fill_serving_cases());
+}
+
+/// CPU: every fill-serving case selects the flagship's 64x128 fill tile with its features.
+#[test]
+fn fill_serving_cases_select_the_fill_tile() {
+    let mut rng = StdRng::seed_from_u64(0);
+    for c in fill_serving_cases() {
+        let s = h200_selection(&c, &mut rng);
+        assert_eq!(
+            (s.spec.imp, s.spec.tile_m, s.spec.tile_n, s.num_splits),
+            (fa4gen::spec::Impl::Wgmma, 64, 128, 1),
+            "{}",
+            c.name()
+        );
+        assert_eq!(s.spec.pack_gqa, c.pack_gqa == Some(true), "{}", c.name());
+        assert_eq!(s.spec.feat.sink, c.sinks, "{}", c.name());
+    }
+}
+
+/// Split-KV on the sm90 flagship (`Features::split` on `Impl::Wgmma`: shares of each tile's
+/// visited blocks, fp32 partials, the canonical combine module): every flagship head dim
+/// (64, 96, 128, 192/128, 256), unmasked and causal, splits 2, 3, 5 and 17 (shares past a
+/// tile's blocks are empty) and the heuristic (0), q packed or batched, k packed, batched or
+/// paged (16, 48, 128, shuffled), lengths 0, 1 and up to 1200 queries over up to 3000 keys
+/// with Sq != Sk both ways, GQA packed and not, sinks (added once, in the combine) and
+/// softcap, LSE. Heads and lengths keep the tiles few (so the heuristic splits); the CPU test
+/// below checks that every case runs the flagship's split.
+fn flagship_split_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(71);
+    let layouts = [
+        (false, KLayout::Batched),
+        (true, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Paged(128)),
+        (true, KLayout::Batched),
+        (true, KLayout::Paged(48)),
+    ];
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for (d, dv) in [(64, 64), (96, 96), (128, 128), (192, 128), (256, 256)] {
+        for (q_packed, k) in layouts {
+            let mut seqs = vec![
+                (rng.random_range(0..=300), rng.random_range(0..=3000)),
+                [(0, 50), (1, 1), (200, 0), (129, 1500)][i % 4],
+                (300 + 75 * (i % 13), 2000 + 37 * i),
+            ];
+            if !q_packed && matches!(k, KLayout::Batched) {
+                seqs = vec![(113 + 97 * (i % 12), 3000 - 17 * i); 2]; // dense: equal lengths
+            }
+            // (The heuristic's cases on 2 heads: few enough tiles that it splits.)
+            let num_splits = [2, 3, 5, 17, 0][i % 5];
+            let g = if num_splits == 0 { 1 } else { [1, 2, 4][i % 3] };
+            let mut c = Case::flagship_layout(seqs, i, (d, dv), g, (q_packed, k));
+            c.causal = i.is_multiple_of(2);
+            c.pack_gqa = Some(i % 4 == 3 && g > 1);
+            c.num_splits = num_splits;
+            c.sinks = i % 3 != 1;
+            c.softcap = if i % 4 == 2 { 30.0 } else { 0.0 };
+            cases.push(c);
+            i += 1;
+        }
+    }
+    cases
+}
+
+#[test]
+fn flagship_split() {
+    run_all("flagship_split", &flagship_split_cases());
+}
+
+/// CPU: every flagship-split case selects the flagship with split-KV, packed as asked.
+#[test]
+fn flagship_split_cases_select_the_flagship_split() {
+    let mut rng = StdRng::seed_from_u64(0);
+    for c in flagship_split_cases() {
+        let s = h200_selection(&c, &mut rng);
+        assert_eq!(
+            (s.spec.imp, s.spec.feat.split),
+            (fa4gen::spec::Impl::Wgmma, true),
+            "{}",
+            c.name()
+        );
+        assert!(s.num_splits > 1, "{}", c.name());
+        assert_eq!(s.spec.pack_gqa, c.pack_gqa == Some(true), "{}", c.name());
+    }
 }
 
 /// Windows on the flagship's window blocks (`KernelSpec::window_blocks`: a tile's K

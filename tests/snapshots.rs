@@ -132,6 +132,13 @@ fn every_wgmma_key_field_changes_the_source() {
             },
             ..base
         },
+        KernelSpec {
+            feat: fa4gen::spec::Features {
+                split: true,
+                ..Default::default()
+            },
+            ..base
+        },
     ] {
         assert_ne!(
             src(&v),
@@ -140,6 +147,12 @@ fn every_wgmma_key_field_changes_the_source() {
             v.stem()
         );
     }
+}
+
+#[test]
+fn sm90_wgmma_split_kv() {
+    // Split-KV on the flagship: shares of each tile's blocks, fp32 partials for the combine.
+    snap("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal.lse.packgqa.varlen.sink.split");
 }
 
 #[test]

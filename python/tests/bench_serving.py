@@ -19,9 +19,10 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   window-decode  sliding-window decode steps (gpt-oss d64 window 128, Gemma-3 d256 window 1024),
              B in {1, 8, 64}, Sk in {4133, 32771}, contiguous and pages of 16 / 128, beside the same call
              on the window's keys sliced out (fa4gen dense, SDPA)
-  chunked    query chunks (32..1k) over long caches (8k..32k): the flagship unsplit (the default,
-             num_splits=1) against the split heuristic (num_splits=0) and split-KV on the portable
-             kernel (2, 4, 8)
+  chunked    query chunks (32..1k) over long caches (4k..32k): the flagship unsplit (the default,
+             num_splits=1) against the split heuristic (num_splits=0) and explicit splits (2, 4, 8),
+             on sm90 the flagship's own split-KV
+  chunked-paged  the same over pages of 16 and 128 keys: the default (fill tile), 128x128, the heuristic
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
@@ -455,13 +456,13 @@ CHUNKED_SHAPES = [  # (B, Sq, Sk, H, Hkv, d, causal): query chunks over a long c
 
 def chunked():
     """Chunked prefill: a chunk of Sq queries over Sk cached keys, too few tiles to fill the GPU.
-    The default (num_splits=1, FA4's) runs the sm90 flagship unsplit on as many CTAs as tiles;
-    num_splits=0 takes the split heuristic: the flagship unsplit where its tiles fill 45% of the
-    SMs, else a split on the portable kernel (the flagship does not split); explicit splits
-    (portable) beside them, and for d 65-128 the flagship forced onto its 128x128 and 64x128
-    tiles (the default takes the 64-row fill tile where 128-row tiles fill half the SMs or
-    less, from 8k keys). Causal is bottom-right (query i sees Sk - Sq + i + 1
-    keys); SDPA's causal is top-left, so cuDNN runs beside the unmasked rows only."""
+    The default (num_splits=1, FA4's) runs the sm90 flagship unsplit on as many CTAs as tiles
+    (for d 65-128 its 64-row fill tile where 128-row tiles fill half the SMs or less, from 4k
+    keys); num_splits=0 takes the split heuristic (on sm90 the flagship's own split-KV);
+    explicit splits beside them; for d 65-128 the unsplit flagship forced onto its 128x128 and
+    64x128 tiles, and the heuristic's split onto 128x128. Causal is bottom-right (query i sees
+    Sk - Sq + i + 1 keys); SDPA's causal is top-left, so cuDNN runs beside the unmasked rows
+    only."""
     for b, sq, sk, h, hkv, d, causal in CHUNKED_SHAPES:
         n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
         qs = [torch.randn(b, sq, h, d, device=DEV, dtype=BF) for _ in range(n)]
@@ -474,7 +475,7 @@ def chunked():
         tiles = ((None, ""), ((128, 128), "_m128"), ((64, 128), "_m64")) if 64 < d <= 128 else ((None, ""),)
         for splits, key in ((1, "splits1"), (0, "heuristic"), (2, "splits2"), (4, "splits4"), (8, "splits8"),
                             (0, "heuristic_again"), (1, "splits1_again")):
-            for tile_mn, suffix in tiles if splits == 1 else ((None, ""),):
+            for tile_mn, suffix in (tiles if splits == 1 else tiles[:2] if splits == 0 else ((None, ""),)):
                 ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=causal, num_splits=splits,
                                                                     tile_mn=tile_mn), n)
                 row[f"ms_{key}{suffix}"] = round(ms, 4)
@@ -491,6 +492,38 @@ def chunked():
             del kr, vr
         emit(**row)
         del qs, ks, vs
+        torch.cuda.empty_cache()
+
+
+def chunked_paged():
+    """Chunked prefill over a paged cache (pages of 16 and 128 keys, shuffled), as an engine calls
+    it: the default (num_splits=1: on sm90 the 64-row fill tile where 128-row tiles fill half the
+    SMs or less), the same forced onto 128x128, and the split heuristic (num_splits=0: the
+    flagship's split-KV), beside the default on contiguous K/V."""
+    for b, sq, sk, h, hkv, d in ((1, 128, 8192, 32, 8, 128), (1, 256, 32768, 32, 8, 128),
+                                 (1, 128, 32768, 32, 8, 128), (2, 32, 8192, 64, 8, 128)):
+        q = torch.randn(b, sq, h, d, device=DEV, dtype=BF)
+        k = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
+        v = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
+        flop = 4 * b * h * d * (sq * (sk - sq) + sq * (sq + 1) // 2)
+        row = dict(bench="chunked-paged", b=b, sq=sq, sk=sk, h=h, hkv=hkv, d=d, causal=True)
+        ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True), 1)
+        row["contiguous_ms"] = round(ms, 4)
+        for page in (128, 16):
+            pps = sk // page
+            perm = torch.randperm(b * pps, device=DEV).to(torch.int32).view(b, pps)
+            kpg = torch.empty(b * pps, page, hkv, d, device=DEV, dtype=BF)
+            vpg = torch.empty_like(kpg)
+            kpg[perm.flatten().long()] = k.reshape(b * pps, page, hkv, d)
+            vpg[perm.flatten().long()] = v.reshape(b * pps, page, hkv, d)
+            for key, kw in (("default", {}), ("m128", dict(tile_mn=(128, 128))), ("heuristic", dict(num_splits=0))):
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True,
+                                                                           **kw), 1)
+                row[f"page{page}_{key}_ms"] = round(ms, 4)
+                row[f"page{page}_{key}_tflops"] = round(flop / ms / 1e9, 1)
+            del kpg, vpg
+        emit(**row)
+        del q, k, v
         torch.cuda.empty_cache()
 
 
@@ -562,7 +595,8 @@ def warm_up_clocks(seconds=1.0):
 
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
-            "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked}
+            "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
+            "chunked-paged": chunked_paged}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":

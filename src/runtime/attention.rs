@@ -241,8 +241,14 @@ impl FlashAttention {
         };
         let mut specs: Vec<KernelSpec> = problems
             .iter()
-            .filter_map(|p| self.plan(p).ok())
-            .map(|(_, s)| s.spec)
+            .filter_map(|p| self.plan(p).ok().map(|(_, s)| (p, s.spec)))
+            .flat_map(|(p, s)| {
+                // A flagship split's combine module too.
+                let combine = (s.imp == Impl::Wgmma && s.feat.split)
+                    .then(|| combine_spec(s.arch, p).ok())
+                    .flatten();
+                std::iter::once(s).chain(combine)
+            })
             .filter(|s| !matches!(self.lib.entry_for(s), Ok(Some(_))))
             .collect();
         specs.sort();
@@ -280,15 +286,23 @@ impl FlashAttention {
         // A kernel the library does not ship (a decode tile: the default plan is
         // prefill-shaped; a flagship tile a model plan left out): the next preference that
         // it ships serves the call instead.
-        if !self.can_load(&s.spec) {
+        if !self.can_run(&s.spec, problem) {
             for prefer in &select::Prefer::FALLBACKS[1..] {
                 let t = select::select_with(problem, &v, &self.device, *prefer)?;
-                if self.can_load(&t.spec) {
+                if self.can_run(&t.spec, problem) {
                     return Ok((v, t));
                 }
             }
         }
         Ok((v, s))
+    }
+
+    /// Whether the library holds `spec` and, for a flagship split, its combine module.
+    fn can_run(&self, spec: &KernelSpec, problem: &Problem) -> bool {
+        self.can_load(spec)
+            && (spec.imp != Impl::Wgmma
+                || !spec.feat.split
+                || combine_spec(spec.arch, problem).is_ok_and(|c| self.can_load(&c)))
     }
 
     /// Whether `spec` is in the library (or the jit may compile it).
@@ -340,7 +354,8 @@ impl FlashAttention {
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
             .call("cuModuleLoadData")?;
         let func = module.load_function(&symbol).call("cuModuleGetFunction")?;
-        let combine = if spec.feat.split {
+        // (The flagship's split reduces with the canonical combine module: `combine_for`.)
+        let combine = if spec.feat.split && spec.imp == Impl::Portable {
             Some(
                 module
                     .load_function(&format!("{symbol}_combine"))
@@ -646,10 +661,25 @@ impl FlashAttention {
                 &mut args[..nargs],
             )?;
         }
-        if kernel.combine.is_some() {
+        if let Some(combine) = self.combine_for(&sel.spec, problem)? {
+            self.launch_combine(&combine, problem, &params, stream)?;
+        } else if kernel.combine.is_some() {
             self.launch_combine(&kernel, problem, &params, stream)?;
         }
         Ok(())
+    }
+
+    /// The canonical combine module that reduces a flagship split's partials (`combine_spec`;
+    /// the portable split kernel carries its own), loaded; `None` for any other kernel.
+    fn combine_for(
+        &self,
+        spec: &KernelSpec,
+        problem: &Problem,
+    ) -> Result<Option<Arc<Loaded>>, Error> {
+        if spec.imp != Impl::Wgmma || !spec.feat.split {
+            return Ok(None);
+        }
+        self.load(&combine_spec(spec.arch, problem)?).map(Some)
     }
 
     /// Launch the combine kernel of a loaded split module over `params`' partials.

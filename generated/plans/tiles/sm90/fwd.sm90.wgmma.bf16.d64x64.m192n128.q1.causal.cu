@@ -22,9 +22,9 @@
 //       memory (128-byte swizzle; O's own rows, else the tile's Q buffer) and one TMA store per
 //       consumer. Tiles are chained: a tile's last P V goes to the tensor cores with
 //       the next tile's first S = Q K^T, whose softmax runs before this tile's epilogue.
-// Features: sink=false softcap=false varlen=false paged=false
-// (split-KV calls go to the portable kernel). Varlen: Q/O rows at cu_seqlens_q
-// offsets (one map over all rows), K/V at cu_seqlens_k offsets, seqused_q/k lengths. Paged:
+// Features: sink=false softcap=false varlen=false paged=false split=false
+// Varlen: Q/O rows at cu_seqlens_q offsets (one map over all rows), K/V at cu_seqlens_k
+// offsets, seqused_q/k lengths. Paged:
 // K/V blocks as TMA boxes of gcd(page_size, 128) rows, each from its page (page sizes
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
@@ -83,6 +83,11 @@ static_assert(!(kStaleMax && kSoftcap), "the stale exponentials and their recomp
 constexpr bool kSplitTail = false;
 static_assert(!kSplitTail || (kMask == MaskKind::None && !kVarlen && !kPaged && !kPackGqa),
               "the split tail deals equal tiles: unmasked, dense, unpacked");
+// Split-KV (KernelSpec::feat.split): p.num_splits copies of the schedule, p.o_partial and
+// p.lse_partial in the portable split's layout (fp32 (splits, rows, H, Dv) and (splits, <LSE>)).
+constexpr bool kSplitKv = false;
+static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
+              "split-KV: no pairs, no split tail, no window (shares of a tile's blocks)");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 4;
@@ -206,6 +211,7 @@ struct Tile {
   static constexpr int n_base = 0;
   static constexpr int n_skip = 0;
   static constexpr bool ghost = false;
+  static constexpr int split = 0;
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
@@ -247,7 +253,7 @@ struct Tiles {
   static constexpr bool kGrouped = kRun >= 0;
   // Dense causal runs: the host may deal their units by a table (p.unit_order; varlen
   // costs are on the device, so never there, and the read is not compiled in).
-  static constexpr bool kUnitOrder = kRun > 0 && !kVarlen;
+  static constexpr bool kUnitOrder = kRun > 0 && !kVarlen && !kSplitKv;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group, the run.
   FastDivmod by_fast, by_heads, by_group, by_run;
@@ -255,7 +261,7 @@ struct Tiles {
       : group(kPackGqa ? p.group : 1),
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
-        count(m_blocks * heads * p.batch),
+        count(m_blocks * heads * p.batch * (kSplitKv ? p.num_splits : 1)),
         group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
@@ -845,11 +851,12 @@ fa4gen_fwd_sm90_wgmma_bf16_d64x64_m192n128_q1_causal(const __grid_constant__ Fwd
     }
   };
   // The tile's rows are done: finalize the softmax (a sink, per head in natural-log units,
-  // joins each row's denominator and LSE), keeping each row's 1 / sum and LSE for the epilogue.
+  // joins each row's denominator and LSE; split-KV: in the combine, once), keeping each row's
+  // 1 / sum and LSE for the epilogue.
   float inv[2], lse[2];
   auto finish_rows = [&](const Tile& w) {
     // (A row's head: the tile's, or packed, the group's first plus the row's place in it.)
-    softmax.template finalize<kSink>(scale_log2, [&](int, int h) {
+    softmax.template finalize<kSink && !kSplitKv>(scale_log2, [&](int, int h) {
       return p.sinks[w.head + tiles.head_in_group(row + 8 * h)] * kLog2e;
     });
 #pragma unroll
@@ -860,11 +867,12 @@ fa4gen_fwd_sm90_wgmma_bf16_d64x64_m192n128_q1_causal(const __grid_constant__ Fwd
   };
 
   // Row r of tile w (in range) has its LSE: (B, H, Sq), or (H, total_q) for packed q, whose
-  // q_row is then the row among all.
+  // q_row is then the row among all; split-KV: in its split's partial LSE, the same layout.
   auto store_lse = [&](const Tile& w, int r, float value) {
     const int qr = tiles.query_of(w.m0 + r), hr = w.head + tiles.head_in_group(r);
     const i64 row0 = kVarlen && p.cu_seqlens_q != nullptr ? (i64)w.q_row - w.q0 : (i64)w.batch * p.lse_batch_stride;
-    p.lse[row0 + (i64)hr * p.lse_head_stride + qr] = value;
+    float* out = kSplitKv ? p.lse_partial + (i64)w.split * p.lse_partial_split_stride : p.lse;
+    out[row0 + (i64)hr * p.lse_head_stride + qr] = value;
   };
 
   // ---- epilogue: normalise; store O from registers, or stage it (swizzled) in shared memory for a TMA store ----
