@@ -900,21 +900,24 @@ fn flagship_fill_serving() {
     run_all("flagship_fill_serving", &fill_serving_cases());
 }
 
+/// What selection picks on the H200 for each case, checked by `check` (CPU only).
+fn each_h200_selection(cases: &[Case], check: impl Fn(&Case, &fa4gen::select::Selection)) {
+    let mut rng = StdRng::seed_from_u64(0);
+    for c in cases {
+        let s = h200_selection(c, &mut rng);
+        assert_eq!(s.spec.imp, fa4gen::spec::Impl::Wgmma, "{}", c.name());
+        assert_eq!(s.spec.pack_gqa, c.pack_gqa == Some(true), "{}", c.name());
+        check(c, &s);
+    }
+}
+
 /// CPU: every fill-serving case selects the flagship's 64x128 fill tile with its features.
 #[test]
 fn fill_serving_cases_select_the_fill_tile() {
-    let mut rng = StdRng::seed_from_u64(0);
-    for c in fill_serving_cases() {
-        let s = h200_selection(&c, &mut rng);
-        assert_eq!(
-            (s.spec.imp, s.spec.tile_m, s.spec.tile_n, s.num_splits),
-            (fa4gen::spec::Impl::Wgmma, 64, 128, 1),
-            "{}",
-            c.name()
-        );
-        assert_eq!(s.spec.pack_gqa, c.pack_gqa == Some(true), "{}", c.name());
-        assert_eq!(s.spec.feat.sink, c.sinks, "{}", c.name());
-    }
+    each_h200_selection(&fill_serving_cases(), |c, s| {
+        let got = (s.spec.tile_m, s.spec.tile_n, s.num_splits, s.spec.feat.sink);
+        assert_eq!(got, (64, 128, 1, c.sinks), "{}", c.name());
+    });
 }
 
 /// Split-KV on the sm90 flagship (`Features::split` on `Impl::Wgmma`: shares of each tile's
@@ -971,18 +974,9 @@ fn flagship_split() {
 /// CPU: every flagship-split case selects the flagship with split-KV, packed as asked.
 #[test]
 fn flagship_split_cases_select_the_flagship_split() {
-    let mut rng = StdRng::seed_from_u64(0);
-    for c in flagship_split_cases() {
-        let s = h200_selection(&c, &mut rng);
-        assert_eq!(
-            (s.spec.imp, s.spec.feat.split),
-            (fa4gen::spec::Impl::Wgmma, true),
-            "{}",
-            c.name()
-        );
-        assert!(s.num_splits > 1, "{}", c.name());
-        assert_eq!(s.spec.pack_gqa, c.pack_gqa == Some(true), "{}", c.name());
-    }
+    each_h200_selection(&flagship_split_cases(), |c, s| {
+        assert!(s.spec.feat.split && s.num_splits > 1, "{}", c.name());
+    });
 }
 
 /// Windows on the flagship's window blocks (`KernelSpec::window_blocks`: a tile's K

@@ -23,6 +23,7 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              num_splits=1) against the split heuristic (num_splits=0) and explicit splits (2, 4, 8),
              on sm90 the flagship's own split-KV
   chunked-paged  the same over pages of 16 and 128 keys: the default (fill tile), 128x128, the heuristic
+  few-tiles  prefill (Sq = Sk 512..4k) on a few heads (tensor-parallel shards): unsplit, the heuristic, 2, 4
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
@@ -527,6 +528,42 @@ def chunked_paged():
         torch.cuda.empty_cache()
 
 
+FEW_TILES_SHAPES = [  # (B, S, H, Hkv, d, causal): prefill on a tensor-parallel shard's few heads
+    (1, 512, 8, 1, 128, True),
+    (1, 1024, 8, 1, 128, True),
+    (1, 2048, 4, 1, 128, True),
+    (1, 1024, 8, 1, 128, False),
+    (1, 4096, 2, 1, 128, True),
+    (1, 1024, 16, 2, 64, True),
+    (1, 1024, 4, 1, 256, True),
+]
+
+
+def few_tiles():
+    """Prefill (Sq = Sk) whose flagship tiles fill under half the GPU, as a tensor-parallel shard
+    of a large model sees it (a few heads per GPU): unsplit (num_splits=1), the split heuristic
+    (num_splits=0; on sm90 the flagship's split), and explicit splits of 2 and 4."""
+    for b, s, h, hkv, d, causal in FEW_TILES_SHAPES:
+        n = copies_for(2 * b * s * (h + 2 * hkv) * d)
+        qs = [torch.randn(b, s, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(b, s, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(b, s, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        pairs = s * (s + 1) // 2 if causal else s * s
+        flop = 4 * b * h * d * pairs
+        row = dict(bench="few-tiles", b=b, s=s, h=h, hkv=hkv, d=d, causal=causal)
+        for splits, key in ((1, "splits1"), (0, "heuristic"), (2, "splits2"), (4, "splits4"),
+                            (0, "heuristic_again"), (1, "splits1_again")):
+            ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=causal,
+                                                                num_splits=splits), n)
+            row[f"ms_{key}"] = round(ms, 4)
+            row[f"tflops_{key}"] = round(flop / ms / 1e9, 1)
+        row["kernel_default"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal)
+        row["kernel_heuristic"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal, num_splits=0)
+        emit(**row)
+        del qs, ks, vs
+        torch.cuda.empty_cache()
+
+
 def window_decode():
     """Sliding-window decode steps (Sq = 1, window (w - 1, 0)) over a long cache, as an engine calls
     them: fa4gen's window call over the whole cache (contiguous, and pages of 16 and 128, shuffled),
@@ -596,7 +633,7 @@ def warm_up_clocks(seconds=1.0):
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
-            "chunked-paged": chunked_paged}
+            "chunked-paged": chunked_paged, "few-tiles": few_tiles}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":
