@@ -7,8 +7,8 @@
 //! - num_splits: the caller's when >= 1; when < 1 FA4's heuristic (`heuristic_splits`), exactly
 //!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split),
 //!   rounded there to equal shares of K blocks (no empty split); on sm90 the flagship splits
-//!   itself (unmasked, causal), a two-way split over fewer than `SPLIT2_MIN_KEYS` keys giving
-//!   way to the fill tile; a library without the flagship's split runs splits on the portable
+//!   itself (unmasked, causal) from `FLAGSHIP_SPLIT_MIN_KEYS` keys, a two-way split over fewer
+//!   than `SPLIT2_MIN_KEYS` keys giving way to the fill tile; a library without the flagship's split runs splits on the portable
 //!   kernel and a call whose flagship tiles fill 45% of the SMs unsplit (`FLAGSHIP_SPLIT_FILL`);
 //! - tiles: the family's table, or the decode table for at most 64 packed query rows (with the
 //!   table's kernel as the runtime's fallback when a library does not ship the decode tile).
@@ -224,6 +224,13 @@ pub const FILL_MIN_KEYS: usize = 4096;
 /// most over few keys; with more splits the fill tile's half-idle GPU loses everywhere
 /// (4 splits over 8k: 0.040 against 0.072).
 pub const SPLIT2_MIN_KEYS: usize = 8192;
+
+/// Keys below which the split heuristic leaves a flagship call unsplit: a split's fixed costs
+/// (fp32 partials, the combine's CTA per (query, head) row) outweigh what it saves on short
+/// tiles. H200, CUDA graphs, ms unsplit / heuristic's two-way split (`…-session32-few-tiles.jsonl`):
+/// d 128 causal S 1k H 8/1 0.017 / 0.029, unmasked 0.016 / 0.029, S 2k H 4/1 0.028 / 0.035;
+/// the one gain below it, d 256 S 1k H 4/1, 0.026 / 0.023.
+pub const FLAGSHIP_SPLIT_MIN_KEYS: usize = 4096;
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
@@ -545,9 +552,11 @@ pub fn select_with(
                 .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
         });
     // Unsplit after all: without the flagship's split, from FLAGSHIP_SPLIT_FILL of the SMs;
-    // with it, a two-way split over few keys where the fill tile (below) takes its place.
+    // with it, under FLAGSHIP_SPLIT_MIN_KEYS keys, and a two-way split under SPLIT2_MIN_KEYS
+    // where the fill tile (below) takes its place.
     let unsplit = if flagship_splits {
-        num_splits == 2 && p.seqlen_k < SPLIT2_MIN_KEYS && fill.is_some()
+        p.seqlen_k < FLAGSHIP_SPLIT_MIN_KEYS
+            || (num_splits == 2 && p.seqlen_k < SPLIT2_MIN_KEYS && fill.is_some())
     } else {
         spec.imp == crate::spec::Impl::Wgmma
             && flagship_tiles * FLAGSHIP_SPLIT_FILL.1
@@ -1406,6 +1415,23 @@ mod tests {
         short.seqlen_q = 128;
         short.seqlen_k = FILL_MIN_KEYS;
         assert_eq!(sel(&short, &H200).num_splits, 4);
+        // Short calls stay unsplit (their tiles are short); a caller's count is honoured.
+        let mut few = Problem::new(DType::Bf16, 1, 1024, 1024, 8, 1, 128, 128);
+        few.causal = true;
+        few.num_splits = 0;
+        assert_eq!(sel(&few, &H200).num_splits, 1);
+        few.seqlen_q = 4096;
+        few.seqlen_k = FLAGSHIP_SPLIT_MIN_KEYS;
+        few.heads = 2;
+        assert_eq!(
+            sel(&few, &H200).spec.tile_m,
+            64,
+            "a two-way split under 8k: the fill tile"
+        );
+        few.num_splits = 2;
+        few.seqlen_k = 1024;
+        few.seqlen_q = 1024;
+        assert!(sel(&few, &H200).spec.feat.split);
         // Past half the SMs the heuristic does not split; a caller's count is honoured.
         let s = sel(&chunk(1, 512, 32, 0), &H200);
         assert_eq!(

@@ -925,6 +925,7 @@ fn fill_serving_cases_select_the_fill_tile() {
 /// (64, 96, 128, 192/128, 256), unmasked and causal, splits 2, 3, 5 and 17 (shares past a
 /// tile's blocks are empty) and the heuristic (0), q packed or batched, k packed, batched or
 /// paged (16, 48, 128, shuffled), lengths 0, 1 and up to 1200 queries over up to 3000 keys
+/// (the heuristic's over 8k+)
 /// with Sq != Sk both ways, GQA packed and not, sinks (added once, in the combine) and
 /// softcap, LSE. Heads and lengths keep the tiles few (so the heuristic splits); the CPU test
 /// below checks that every case runs the flagship's split.
@@ -950,8 +951,13 @@ fn flagship_split_cases() -> Vec<Case> {
             if !q_packed && matches!(k, KLayout::Batched) {
                 seqs = vec![(113 + 97 * (i % 12), 3000 - 17 * i); 2]; // dense: equal lengths
             }
-            // (The heuristic's cases on 2 heads: few enough tiles that it splits.)
+            // (The heuristic's cases on 2 heads and over SPLIT2_MIN_KEYS keys: few
+            // enough tiles, and long enough, that it splits.)
             let num_splits = [2, 3, 5, 17, 0][i % 5];
+            if num_splits == 0 {
+                let last = seqs.len() - 1;
+                seqs[last].1 = fa4gen::select::SPLIT2_MIN_KEYS + 100 + 37 * i;
+            }
             let g = if num_splits == 0 { 1 } else { [1, 2, 4][i % 3] };
             let mut c = Case::flagship_layout(seqs, i, (d, dv), g, (q_packed, k));
             c.causal = i.is_multiple_of(2);
