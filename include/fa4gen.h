@@ -110,6 +110,12 @@ fa4gen_status fa4gen_enable_jit(fa4gen_handle* h, const char* cache_dir);
  * it (griddepcontrol.wait) before touching global memory. 0: every forward in stream order. */
 fa4gen_status fa4gen_set_programmatic_launch(const fa4gen_handle* h, int32_t on);
 
+/* Which kernel reduces split-KV partials (splitting forwards and fa4gen_combine): 0 by shape
+ * (the default: a group of lanes per row where its round trips over the splits are no more
+ * than a CTA per row's waves), 1 one CTA per (query, head) row, 2 a group of lanes per row.
+ * Both compute the same fp32 reduction (summed in another order); for measuring and testing. */
+fa4gen_status fa4gen_set_combine_kernel(const fa4gen_handle* h, int32_t kernel);
+
 /* FA4GEN_OK if fa4gen_forward would run this problem (validation, selection, kernel present). */
 fa4gen_status fa4gen_supports(const fa4gen_handle* h, const fa4gen_problem* p);
 

@@ -2,7 +2,9 @@
 //! turns every error into a status code plus a thread-local message; nothing unwinds across
 //! the boundary and no pointer is dereferenced before it is checked for null.
 
-use crate::runtime::{Error, FlashAttention, Paged, Problem, RawPtrs, Strides, Varlen};
+use crate::runtime::{
+    CombineKernel, Error, FlashAttention, Paged, Problem, RawPtrs, Strides, Varlen,
+};
 use crate::spec::DType;
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_void};
@@ -356,6 +358,31 @@ pub unsafe extern "C" fn fa4gen_open(
 pub unsafe extern "C" fn fa4gen_set_programmatic_launch(h: *const Handle, on: i32) -> Status {
     guard(|| {
         handle_ref(h)?.fa.set_programmatic_launch(on != 0);
+        Ok(())
+    })
+}
+
+/// Which kernel reduces split-KV partials: 0 by shape (the default), 1 one CTA per (query,
+/// head) row, 2 a group of lanes per row: `FlashAttention::set_combine_kernel`.
+///
+/// # Safety
+/// `h` null or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_set_combine_kernel(h: *const Handle, kernel: i32) -> Status {
+    guard(|| {
+        let k = match kernel {
+            0 => CombineKernel::Auto,
+            1 => CombineKernel::PerRow,
+            2 => CombineKernel::Rows,
+            other => {
+                return Err(Error::invalid(
+                    "kernel",
+                    other,
+                    "0 (by shape), 1 (per row) or 2 (rows)",
+                ));
+            }
+        };
+        handle_ref(h)?.fa.set_combine_kernel(k);
         Ok(())
     })
 }
@@ -719,6 +746,10 @@ mod tests {
             );
             assert_eq!(
                 fa4gen_set_programmatic_launch(std::ptr::null(), 0),
+                Status::InvalidArgument
+            );
+            assert_eq!(
+                fa4gen_set_combine_kernel(std::ptr::null(), 0),
                 Status::InvalidArgument
             );
             assert!(last_error().contains("handle"), "{}", last_error());

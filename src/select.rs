@@ -7,8 +7,8 @@
 //! - num_splits: the caller's when >= 1; when < 1 FA4's heuristic (`heuristic_splits`), exactly
 //!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split),
 //!   rounded there to equal shares of K blocks (no empty split); on sm90 the flagship splits
-//!   itself (unmasked, causal) from `FLAGSHIP_SPLIT_MIN_KEYS` keys, a two-way split over fewer
-//!   than `SPLIT2_MIN_KEYS` keys giving way to the fill tile; a library without the flagship's split runs splits on the portable
+//!   itself (unmasked, causal) from `FLAGSHIP_SPLIT_MIN_BLOCKS` K blocks; a library without
+//!   the flagship's split runs splits on the portable
 //!   kernel and a call whose flagship tiles fill 45% of the SMs unsplit (`FLAGSHIP_SPLIT_FILL`);
 //! - tiles: the family's table, or the decode table for at most 64 packed query rows (with the
 //!   table's kernel as the runtime's fallback when a library does not ship the decode tile).
@@ -215,22 +215,17 @@ pub const FLAGSHIP_SPLIT_FILL: (usize, usize) = (9, 20);
 /// fixed costs weigh more there (not measured below 4k).
 pub const FILL_MIN_KEYS: usize = 4096;
 
-/// Keys below which the split heuristic's two-way split of the flagship gives way to the fill
-/// tile (unsplit, the same CTAs: 64-row tiles twice over instead of two shares of each 128-row
-/// tile), where that tile applies. H200, d 128 H 32/8, causal, CUDA graphs, ms fill / split 2
-/// (`…-session32-chunked-flagship-split.jsonl`): Sq 256 over 4k 0.041 / 0.049; over 8k 0.073
-/// / 0.072, B 4 x Sq 32 packed (H 64/8) 0.071 / 0.074-0.076, Sq 192 0.072 / 0.065; over 32k
-/// Sq 256 0.268 / 0.214-0.221. A split's fixed costs (its fp32 partials, the combine) weigh
-/// most over few keys; with more splits the fill tile's half-idle GPU loses everywhere
-/// (4 splits over 8k: 0.040 against 0.072).
-pub const SPLIT2_MIN_KEYS: usize = 8192;
-
-/// Keys below which the split heuristic leaves a flagship call unsplit: a split's fixed costs
-/// (fp32 partials, the combine's CTA per (query, head) row) outweigh what it saves on short
-/// tiles. H200, CUDA graphs, ms unsplit / heuristic's two-way split (`…-session32-few-tiles.jsonl`):
-/// d 128 causal S 1k H 8/1 0.017 / 0.029, unmasked 0.016 / 0.029, S 2k H 4/1 0.028 / 0.035;
-/// the one gain below it, d 256 S 1k H 4/1, 0.026 / 0.023.
-pub const FLAGSHIP_SPLIT_MIN_KEYS: usize = 4096;
+/// K blocks (of the flagship tile's tile_n keys) below which the split heuristic leaves a
+/// flagship call unsplit: a split's fixed costs (its fp32 partials, the combine) outweigh what
+/// it saves on tiles this short. H200, CUDA graphs, ms unsplit / two-way split with the rows
+/// combine (`…-session33-combine.jsonl`): d 128 causal S 1k H 8/1 (8 blocks) 0.0179 / 0.0211;
+/// S 2k H 4/1 (16) 0.0285 / 0.0261; d 256 S 1k H 4/1 (16 blocks of 64 keys) 0.0263 / 0.0227.
+/// (Before the rows combine, a CTA per (query, head) row, the split lost at 16 blocks too:
+/// 0.0285 / 0.0352, and calls under 4k keys stayed unsplit.) Two-way splits beat the fill tile
+/// from here up: Sq 256 over 4k 0.0408 / 0.0389, over 8k 0.0774 / 0.0623, B 4 x Sq 32 packed
+/// over 8k 0.0715 / 0.0634 (before: 0.0483, 0.0741, 0.0735, so two-way splits under 8k keys
+/// ran on the fill tile).
+pub const FLAGSHIP_SPLIT_MIN_BLOCKS: usize = 16;
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
@@ -552,11 +547,9 @@ pub fn select_with(
                 .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
         });
     // Unsplit after all: without the flagship's split, from FLAGSHIP_SPLIT_FILL of the SMs;
-    // with it, under FLAGSHIP_SPLIT_MIN_KEYS keys, and a two-way split under SPLIT2_MIN_KEYS
-    // where the fill tile (below) takes its place.
+    // with it, under FLAGSHIP_SPLIT_MIN_BLOCKS K blocks.
     let unsplit = if flagship_splits {
-        p.seqlen_k < FLAGSHIP_SPLIT_MIN_KEYS
-            || (num_splits == 2 && p.seqlen_k < SPLIT2_MIN_KEYS && fill.is_some())
+        p.seqlen_k.div_ceil(spec.tile_n as usize) < FLAGSHIP_SPLIT_MIN_BLOCKS
     } else {
         spec.imp == crate::spec::Impl::Wgmma
             && flagship_tiles * FLAGSHIP_SPLIT_FILL.1
@@ -572,8 +565,8 @@ pub fn select_with(
     // (`SpecClass::flagship_fill`). With varlen the count is an upper bound (the longest
     // sequence's blocks in every sequence), so a ragged batch takes it only where its tiles
     // are surely few. Unsplit calls only: the default num_splits=1, and the heuristic's where
-    // it would split in two over fewer than SPLIT2_MIN_KEYS keys (or, in a library without
-    // the flagship's split, where 128-row tiles fill FLAGSHIP_SPLIT_FILL of the SMs).
+    // it leaves the call unsplit (in a library without the flagship's split, where 128-row
+    // tiles fill FLAGSHIP_SPLIT_FILL of the SMs).
     if num_splits == 1
         && let Some(fill) = fill
     {
@@ -1401,32 +1394,42 @@ mod tests {
             (s.spec.imp, s.spec.pack_gqa, s.num_splits),
             (Impl::Wgmma, true, 4)
         );
-        // A two-way split over fewer than SPLIT2_MIN_KEYS keys gives way to the fill tile
-        // (unsplit, as many CTAs); four-way splits stay.
+        // Two-way splits run from FLAGSHIP_SPLIT_MIN_BLOCKS blocks up, over the fill tile.
         let mut short = chunk(1, 256, 32, 0);
-        short.seqlen_k = SPLIT2_MIN_KEYS - 1;
+        short.seqlen_k = FILL_MIN_KEYS;
         let s = sel(&short, &H200);
         assert_eq!(
             (s.spec.imp, s.spec.feat.split, s.num_splits, s.spec.tile_m),
-            (Impl::Wgmma, false, 1, 64)
+            (Impl::Wgmma, true, 2, 128)
         );
-        short.seqlen_k = SPLIT2_MIN_KEYS;
-        assert_eq!(sel(&short, &H200).num_splits, 2);
         short.seqlen_q = 128;
-        short.seqlen_k = FILL_MIN_KEYS;
         assert_eq!(sel(&short, &H200).num_splits, 4);
-        // Short calls stay unsplit (their tiles are short); a caller's count is honoured.
+        // Calls of fewer blocks stay unsplit (their tiles are short); a caller's count is
+        // honoured. d 128 S 1k: 8 blocks of 128 keys; S 2k: 16.
         let mut few = Problem::new(DType::Bf16, 1, 1024, 1024, 8, 1, 128, 128);
         few.causal = true;
         few.num_splits = 0;
-        assert_eq!(sel(&few, &H200).num_splits, 1);
-        few.seqlen_q = 4096;
-        few.seqlen_k = FLAGSHIP_SPLIT_MIN_KEYS;
-        few.heads = 2;
+        let s = sel(&few, &H200);
+        assert_eq!((s.spec.tile_n, s.num_splits), (128, 1));
+        few.seqlen_q = 2048;
+        few.seqlen_k = 2048;
+        few.heads = 4;
+        let s = sel(&few, &H200);
         assert_eq!(
-            sel(&few, &H200).spec.tile_m,
-            64,
-            "a two-way split under 8k: the fill tile"
+            (
+                s.spec.tile_n as usize * FLAGSHIP_SPLIT_MIN_BLOCKS,
+                s.num_splits
+            ),
+            (2048, 2)
+        );
+        // d 256 counts its blocks of 64 keys: S 1k is 16.
+        let mut wide = Problem::new(DType::Bf16, 1, 1024, 1024, 4, 1, 256, 256);
+        wide.causal = true;
+        wide.num_splits = 0;
+        let s = sel(&wide, &H200);
+        assert_eq!(
+            (s.spec.tile_n, s.spec.feat.split, s.num_splits),
+            (64, true, 4)
         );
         few.num_splits = 2;
         few.seqlen_k = 1024;

@@ -13,7 +13,9 @@
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use fa4gen::DType;
 use fa4gen::reference::{self, RefProblem};
-use fa4gen::runtime::{self, FlashAttention, Paged, Problem, SeqBuffers, Strides, Varlen};
+use fa4gen::runtime::{
+    self, CombineKernel, FlashAttention, Paged, Problem, SeqBuffers, Strides, Varlen,
+};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -78,6 +80,13 @@ enum KLayout {
     PagedSpaced(usize),
 }
 
+/// The combine kernels cases take in turn: by shape, then each forced.
+const COMBINES: [CombineKernel; 3] = [
+    CombineKernel::Auto,
+    CombineKernel::PerRow,
+    CombineKernel::Rows,
+];
+
 #[derive(Clone, Debug)]
 struct Case {
     dtype: DType,
@@ -106,6 +115,8 @@ struct Case {
     tile: Option<(u32, u32)>,
     /// `Problem::fill_tile`: the 64-row fill tile forced on or off (else selection's rule).
     fill: Option<bool>,
+    /// The split's combine kernel (`FlashAttention::set_combine_kernel`).
+    combine: CombineKernel,
 }
 
 impl Case {
@@ -129,6 +140,7 @@ impl Case {
             pairs: None,
             tile: None,
             fill: None,
+            combine: CombineKernel::Auto,
         }
     }
 
@@ -175,7 +187,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?} combine={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -192,7 +204,8 @@ impl Case {
             self.late,
             self.pairs,
             self.tile,
-            self.fill
+            self.fill,
+            self.combine
         )
     }
 }
@@ -416,6 +429,7 @@ fn run_case(
         None => data,
     };
     let bt = build(c, &data, rng);
+    fa.set_combine_kernel(c.combine);
     let (dq, dk, dv) = (
         up16(stream, c.dtype, &bt.q)?,
         up16(stream, c.dtype, &bt.k)?,
@@ -951,12 +965,13 @@ fn flagship_split_cases() -> Vec<Case> {
             if !q_packed && matches!(k, KLayout::Batched) {
                 seqs = vec![(113 + 97 * (i % 12), 3000 - 17 * i); 2]; // dense: equal lengths
             }
-            // (The heuristic's cases on 2 heads and over SPLIT2_MIN_KEYS keys: few
-            // enough tiles, and long enough, that it splits.)
+            // (The heuristic's cases on 2 heads and over 4k keys, at least
+            // FLAGSHIP_SPLIT_MIN_BLOCKS blocks of any tile: few enough tiles, and long
+            // enough, that it splits.)
             let num_splits = [2, 3, 5, 17, 0][i % 5];
             if num_splits == 0 {
                 let last = seqs.len() - 1;
-                seqs[last].1 = fa4gen::select::SPLIT2_MIN_KEYS + 100 + 37 * i;
+                seqs[last].1 = 4096 + 100 + 37 * i;
             }
             let g = if num_splits == 0 { 1 } else { [1, 2, 4][i % 3] };
             let mut c = Case::flagship_layout(seqs, i, (d, dv), g, (q_packed, k));
@@ -965,6 +980,7 @@ fn flagship_split_cases() -> Vec<Case> {
             c.num_splits = num_splits;
             c.sinks = i % 3 != 1;
             c.softcap = if i % 4 == 2 { 30.0 } else { 0.0 };
+            c.combine = COMBINES[i % 3];
             cases.push(c);
             i += 1;
         }
@@ -1727,6 +1743,7 @@ fn split_kv() {
                 c.d = 64;
                 c.dv = 64;
             }
+            c.combine = COMBINES[(n / 3) % 3];
             cases.push(c);
             n += 1;
         }
@@ -1738,7 +1755,10 @@ fn split_kv() {
         c.heads = 8;
         c.num_splits = ns;
         c.sinks = ns % 2 == 1;
-        cases.push(c);
+        for combine in [CombineKernel::PerRow, CombineKernel::Rows] {
+            c.combine = combine;
+            cases.push(c.clone());
+        }
     }
     // Head dims whose float4 chunks leave combine threads idle (96, 40) or take two per
     // split (256), and d 192 with dv 128: decode steps and a split prefill, dense and paged.
@@ -1757,6 +1777,7 @@ fn split_kv() {
             if i >= 2 {
                 c.k = KLayout::Paged(16);
             }
+            c.combine = COMBINES[(i + sq) % 3];
             cases.push(c);
         }
     }
@@ -1771,12 +1792,14 @@ fn split_kv() {
     c.num_splits = 7;
     c.dtype = DType::Fp16;
     c.softcap = 30.0;
+    cases.push(c.clone());
+    c.combine = CombineKernel::Rows;
     cases.push(c);
     run_all("split_kv", &cases);
 }
 
-/// #6: the combine kernel alone (FA4's `flash_attn_combine` layout) against an f64 reduction,
-/// for every split count 1..=256: random fp32 partials, some splits empty (LSE -inf), sinks
+/// #6: the combine kernels alone (FA4's `flash_attn_combine` layout) against an f64 reduction,
+/// for every split count 1..=256 through each (a CTA per row, a group of lanes per row): random fp32 partials, some splits empty (LSE -inf), sinks
 /// on every third count, head dims 128, 96, 256 and 40 in turn; out within the 16-bit rounding
 /// of the f64 result itself (half an ulp: 2^-8 relative for bf16, 2^-11 for fp16) + 1e-4 for
 /// fp32 accumulation over 256 terms, LSE to 1e-5 relative.
@@ -1792,7 +1815,9 @@ fn combine_alone() {
     let (b, sq, h) = (2usize, 3usize, 4usize);
     let mut failures = Vec::new();
     let mut worst = 0f64;
-    for splits in 1..=256usize {
+    // Every count through both kernels: one CTA per row, a group of lanes per row.
+    let runs = (1..=256usize).flat_map(|s| [(s, CombineKernel::PerRow), (s, CombineKernel::Rows)]);
+    for (splits, kernel) in runs {
         // Head dims whose float4 chunks divide the combine's 128 threads (128: 4 threads per
         // chunk over the splits; 256: 2) and ones that leave threads idle (96: 24 chunks of 5
         // threads, 8 idle; 40: 10 chunks of 12, 8 idle).
@@ -1823,6 +1848,7 @@ fn combine_alone() {
         let mut p = Problem::new(dtype, b, sq, 1, h, h, dv, dv);
         p.return_lse = true;
         p.sinks = sinks;
+        fa.set_combine_kernel(kernel);
         let run = || -> Result<(Vec<u16>, Vec<f32>), String> {
             let e = |e: cudarc::driver::DriverError| e.to_string();
             let d_o = stream.clone_htod(&o_part).map_err(e)?;
@@ -1856,7 +1882,7 @@ fn combine_alone() {
         let (out, lse) = match run() {
             Ok(r) => r,
             Err(e) => {
-                failures.push(format!("splits {splits} dv {dv}: {e}"));
+                failures.push(format!("{kernel:?} splits {splits} dv {dv}: {e}"));
                 continue;
             }
         };
@@ -1886,7 +1912,7 @@ fn combine_alone() {
                     };
                     if !lse_ok {
                         failures.push(format!(
-                            "splits {splits} dv {dv}: lse {got_lse} vs {ref_lse}"
+                            "{kernel:?} splits {splits} dv {dv}: lse {got_lse} vs {ref_lse}"
                         ));
                     }
                     for c in 0..dv {
@@ -1912,7 +1938,7 @@ fn combine_alone() {
                         worst = worst.max(err / tol);
                         if err.is_nan() || err > tol {
                             failures.push(format!(
-                                "splits {splits} dv {dv}: out[{bi},{i},{hi},{c}] = {got}, want {r}"
+                                "{kernel:?} splits {splits} dv {dv}: out[{bi},{i},{hi},{c}] = {got}, want {r}"
                             ));
                         }
                     }
@@ -1921,7 +1947,7 @@ fn combine_alone() {
         }
     }
     println!(
-        "combine_alone: 256 split counts, {} failures; worst err/tolerance {worst:.3}",
+        "combine_alone: 256 split counts x 2 kernels, {} failures; worst err/tolerance {worst:.3}",
         failures.len()
     );
     for f in failures.iter().take(20) {

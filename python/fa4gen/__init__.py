@@ -108,6 +108,9 @@ def _load():
         lib.fa4gen_enable_jit.restype = ctypes.c_int
         lib.fa4gen_set_programmatic_launch.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         lib.fa4gen_set_programmatic_launch.restype = ctypes.c_int
+        if hasattr(lib, "fa4gen_set_combine_kernel"):
+            lib.fa4gen_set_combine_kernel.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+            lib.fa4gen_set_combine_kernel.restype = ctypes.c_int
         lib.fa4gen_supports.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)]
         lib.fa4gen_kernel_name.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem), ctypes.c_char_p, ctypes.c_uint64]
         lib.fa4gen_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(_Problem)] + [ctypes.c_void_p] * 6
@@ -154,6 +157,12 @@ def _handle(device):
             if os.environ.get("FA4GEN_PDL") == "0":
                 # Forwards in plain stream order, not as programmatic dependents (the default).
                 _check(lib.fa4gen_set_programmatic_launch(out, 0))
+            combine = os.environ.get("FA4GEN_COMBINE")
+            if combine and hasattr(lib, "fa4gen_set_combine_kernel"):
+                # Force one split-KV combine kernel (measuring): "row" (a CTA per row), "rows".
+                if combine not in _COMBINE_KERNELS:
+                    raise ValueError(f"FA4GEN_COMBINE={combine!r}: one of {sorted(_COMBINE_KERNELS)}")
+                _check(lib.fa4gen_set_combine_kernel(out, _COMBINE_KERNELS[combine]))
             h = _handles[index] = out
     return h
 
@@ -518,6 +527,22 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     _check(_lib.fa4gen_combine(handle, ctypes.byref(p), splits, o_part.data_ptr(), l_part.data_ptr(), out.data_ptr(),
                                lse.data_ptr() if lse is not None else None, ctypes.byref(extra), stream))
     return out, (lse.transpose(-1, -2) if lse is not None else None)
+
+
+_COMBINE_KERNELS = {"auto": 0, "row": 1, "rows": 2}
+
+
+def set_combine_kernel(kernel, device=None):
+    """Which kernel reduces split-KV partials on `device`: "auto" (by shape, the default),
+    "row" (one CTA per (query, head) row) or "rows" (a group of lanes per row); the
+    `FA4GEN_COMBINE` variable sets it when a process opens the device."""
+    if kernel not in _COMBINE_KERNELS:
+        raise ValueError(f"combine kernel {kernel!r}: one of {sorted(_COMBINE_KERNELS)}")
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    h = _handle(dev)
+    if not hasattr(_lib, "fa4gen_set_combine_kernel"):
+        raise FA4GenError(LIBRARY, "this libfa4gen predates fa4gen_set_combine_kernel: rebuild it")
+    _check(_lib.fa4gen_set_combine_kernel(h, _COMBINE_KERNELS[kernel]))
 
 
 def set_programmatic_launch(on, device=None):

@@ -24,6 +24,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              on sm90 the flagship's own split-KV
   chunked-paged  the same over pages of 16 and 128 keys: the default (fill tile), 128x128, the heuristic
   few-tiles  prefill (Sq = Sk 512..4k) on a few heads (tensor-parallel shards): unsplit, the heuristic, 2, 4
+  combine    the split-KV combine's two kernels and the runtime's choice, in turns: forwards that split
+             (chunked and short prefill, decode) and flash_attn_combine alone
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
@@ -564,6 +566,65 @@ def few_tiles():
         torch.cuda.empty_cache()
 
 
+COMBINE_FORWARDS = [  # (B, Sq, Sk, H, Hkv, d, causal, num_splits): forwards that split
+    (1, 128, 8192, 32, 8, 128, True, 0),     # chunked prefill, the heuristic (4 splits)
+    (1, 128, 32768, 32, 8, 128, True, 0),
+    (1, 256, 8192, 32, 8, 128, True, 2),     # two-way splits (session 32: the fill tile under 8k)
+    (1, 256, 4096, 32, 8, 128, True, 2),
+    (4, 32, 8192, 64, 8, 128, True, 0),      # packed GQA, 2 splits
+    (1, 1024, 1024, 8, 1, 128, True, 2),     # few-tiles prefill (8 and 16 K blocks)
+    (1, 2048, 2048, 4, 1, 128, True, 2),
+    (1, 1024, 1024, 4, 1, 256, True, 2),
+    (1, 128, 16384, 64, 8, 64, True, 0),     # d 64 (half-warp rows)
+    (1, 1, 4096, 32, 8, 128, False, 0),      # decode
+    (8, 1, 32768, 32, 8, 128, False, 0),
+    (64, 1, 4096, 32, 8, 128, False, 0),
+]
+
+COMBINE_ALONE = [  # (B, Sq, H, Dv, splits): flash_attn_combine on random partials
+    (1, 1024, 32, 128, 2), (1, 1024, 32, 128, 4), (1, 4096, 32, 128, 2), (1, 256, 32, 128, 16),
+    (8, 1, 32, 128, 16), (8, 1, 32, 128, 64), (64, 1, 32, 128, 4), (1, 1024, 64, 64, 3),
+]
+
+
+def combine():
+    """The split-KV combine's two kernels (one CTA per (query, head) row; a group of lanes per row)
+    and the runtime's choice between them, in turns: forwards that split (chunked prefill, short
+    prefill, decode) and flash_attn_combine alone. ms per call, medians of graph replays."""
+    kernels = ("row", "rows", "auto", "row_again", "rows_again", "auto_again")
+    for b, sq, sk, h, hkv, d, causal, splits in COMBINE_FORWARDS:
+        n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
+        qs = [torch.randn(b, sq, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        row = dict(bench="combine-forward", b=b, sq=sq, sk=sk, h=h, hkv=hkv, d=d, causal=causal, num_splits=splits,
+                   kernel=fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal, num_splits=splits))
+        row["ms_unsplit"] = round(graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=causal), n), 4)
+        for key in kernels:
+            fa4gen.set_combine_kernel(key.split("_")[0])
+            row[f"ms_{key}"] = round(graph_time_ms(lambda i: fa4gen.flash_attn_func(
+                qs[i], ks[i], vs[i], causal=causal, num_splits=splits), n), 4)
+        fa4gen.set_combine_kernel("auto")
+        emit(**row)
+        del qs, ks, vs
+        torch.cuda.empty_cache()
+    for b, sq, h, dv, splits in COMBINE_ALONE:
+        n = copies_for(4 * splits * b * sq * h * (dv + 1))
+        ops = [torch.randn(splits, b, sq, h, dv, device=DEV) for _ in range(n)]
+        lps = [torch.randn(splits, b, h, sq, device=DEV).transpose(-1, -2) for _ in range(n)]
+        outs = [torch.empty(b, sq, h, dv, device=DEV, dtype=BF) for _ in range(n)]
+        row = dict(bench="combine-alone", b=b, sq=sq, h=h, dv=dv, splits=splits,
+                   partial_mb=round(4 * splits * b * sq * h * dv / 2**20, 2))
+        for key in kernels:
+            fa4gen.set_combine_kernel(key.split("_")[0])
+            ms = graph_time_ms(lambda i: fa4gen.flash_attn_combine(ops[i], lps[i], out=outs[i], return_lse=False), n)
+            row[f"us_{key}"] = round(ms * 1e3, 2)
+        fa4gen.set_combine_kernel("auto")
+        emit(**row)
+        del ops, lps, outs
+        torch.cuda.empty_cache()
+
+
 def window_decode():
     """Sliding-window decode steps (Sq = 1, window (w - 1, 0)) over a long cache, as an engine calls
     them: fa4gen's window call over the whole cache (contiguous, and pages of 16 and 128, shuffled),
@@ -633,7 +694,7 @@ def warm_up_clocks(seconds=1.0):
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
-            "chunked-paged": chunked_paged, "few-tiles": few_tiles}
+            "chunked-paged": chunked_paged, "few-tiles": few_tiles, "combine": combine}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":

@@ -189,7 +189,8 @@ def run_combine_case(rng, device):
     """flash_attn_combine on random partials (FA4's layouts) against a float64 reduction of the
     same partials: splits 1..256 with some that saw no key (LSE -inf) and rows none saw, batched
     or packed rows (with and without cu_seqlens, lengths incl. 0 and 1), seqused rows left
-    unwritten. Outputs poisoned. Within half an ulp of the output dtype plus 1e-6."""
+    unwritten; the runtime's combine kernel or either one forced (a CTA per row, lanes per row).
+    Outputs poisoned. Within half an ulp of the output dtype plus 1e-6."""
     splits = rng.choice([1, 2, 3, 5, 17, 64, 133, 256])
     dv = rng.choice([64, 128, 96, 256, 40])
     dtype = rng.choice([torch.bfloat16, torch.float16])
@@ -223,8 +224,14 @@ def run_combine_case(rng, device):
         seqused = torch.tensor(used, dtype=torch.int32, device=device)
         kw.update(seqused=seqused)
     out = torch.full(rows + (h, dv), float("nan"), device=device, dtype=dtype)
-    o, l = fa4gen.flash_attn_combine(o_part, lse_part, out=out, **kw)
-    name = f"combine {dtype} splits={splits} dv={dv} H={h} {layout} lens={lens} seqused={seqused is not None}"
+    kernel = rng.choice(["auto", "row", "rows"])  # the runtime's choice, or either kernel forced
+    fa4gen.set_combine_kernel(kernel)
+    try:
+        o, l = fa4gen.flash_attn_combine(o_part, lse_part, out=out, **kw)
+    finally:
+        fa4gen.set_combine_kernel("auto")
+    name = (f"combine {dtype} splits={splits} dv={dv} H={h} {layout} lens={lens} seqused={seqused is not None} "
+            f"kernel={kernel}")
     # float64 reference over every row.
     lp = lse_part.double()
     m = lp.amax(0)

@@ -2,6 +2,7 @@
 //! call, loads its module once (verified cubin, dynamic shared memory raised once), caches it
 //! per spec, validates buffers and launches on the caller's stream.
 
+use super::combine::CombineKernel;
 use super::error::{DriverCall, Error};
 use super::launch::LaunchMode;
 use super::library::KernelLibrary;
@@ -16,7 +17,7 @@ use cudarc::driver::{
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// (bytes, partial-O elements) of the split-KV scratch for `splits` (0 bytes when unsplit).
@@ -43,11 +44,19 @@ fn tail_workspace(spec: &KernelSpec, grid: u32) -> (usize, usize) {
     )
 }
 
+/// A split module's two combine kernels (`runtime/combine.rs`).
+struct CombineFns {
+    /// `_combine`: one CTA per (query, head) row.
+    per_row: CudaFunction,
+    /// `_combine_rows`: a group of lanes per row.
+    rows: CudaFunction,
+}
+
 /// A loaded kernel: its function handle (keeping its module alive) and launch geometry.
 struct Loaded {
     func: CudaFunction,
-    /// The split-KV combine kernel of the same module (split specs only).
-    combine: Option<CudaFunction>,
+    /// The split-KV combine kernels of the same module (split specs only).
+    combine: Option<CombineFns>,
     threads: u32,
     smem_bytes: u32,
     /// Pairs of CTAs the device holds at once (0: never launched in pairs).
@@ -85,9 +94,6 @@ fn stream_is_capturing(stream: sys::CUstream) -> Result<bool, Error> {
     Ok(status != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
 }
 
-/// Threads of the combine kernel (`kCombineThreads`): one CTA per (query, head) row.
-const COMBINE_THREADS: u32 = 128;
-
 /// Scratch bytes the selected kernel needs: split-KV's partials, or the split tail's (sized
 /// for the grid before the pairs' clamp, which only shrinks it).
 fn workspace_need(p: &Problem, sel: &Selection) -> usize {
@@ -119,6 +125,8 @@ pub struct FlashAttention {
     /// Forwards launched as the previous kernel's programmatic dependents (on by default; see
     /// [`set_programmatic_launch`](Self::set_programmatic_launch)).
     programmatic: AtomicBool,
+    /// [`CombineKernel`] as its `to_u8` (see [`set_combine_kernel`](Self::set_combine_kernel)).
+    combine_kernel: AtomicU8,
     #[cfg(feature = "jit")]
     jit: Option<super::jit::Jit>,
 }
@@ -201,6 +209,7 @@ impl FlashAttention {
             workspaces: Mutex::new(HashMap::new()),
             orders: Mutex::new(Orders::default()),
             programmatic: AtomicBool::new(true),
+            combine_kernel: AtomicU8::new(CombineKernel::Auto.to_u8()),
             #[cfg(feature = "jit")]
             jit: None,
         })
@@ -216,6 +225,13 @@ impl FlashAttention {
     /// follows its split kernel programmatically).
     pub fn set_programmatic_launch(&self, on: bool) {
         self.programmatic.store(on, Ordering::Relaxed);
+    }
+
+    /// Which combine kernel reduces split-KV partials (forwards that split, and
+    /// [`combine_raw`](Self::combine_raw)): by shape (`Auto`, the default), or one forced, to
+    /// measure or test either. Both compute the same fp32 reduction, summed in another order.
+    pub fn set_combine_kernel(&self, kernel: CombineKernel) {
+        self.combine_kernel.store(kernel.to_u8(), Ordering::Relaxed);
     }
 
     /// Compile kernels the library lacks at first use, caching them on disk (`jit` feature).
@@ -356,11 +372,15 @@ impl FlashAttention {
         let func = module.load_function(&symbol).call("cuModuleGetFunction")?;
         // (The flagship's split reduces with the canonical combine module: `combine_for`.)
         let combine = if spec.feat.split && spec.imp == Impl::Portable {
-            Some(
+            let get = |suffix: &str| {
                 module
-                    .load_function(&format!("{symbol}_combine"))
-                    .call("cuModuleGetFunction")?,
-            )
+                    .load_function(&format!("{symbol}{suffix}"))
+                    .call("cuModuleGetFunction")
+            };
+            Some(CombineFns {
+                per_row: get("_combine")?,
+                rows: get("_combine_rows")?,
+            })
         } else {
             None
         };
@@ -697,20 +717,28 @@ impl FlashAttention {
                 "a split-KV kernel",
             ));
         };
-        let grid = (
-            problem.seqlen_q as u32,
-            problem.heads as u32,
-            problem.batch as u32,
+        let (kind, grid) = super::combine::choose(
+            CombineKernel::from_u8(self.combine_kernel.load(Ordering::Relaxed)),
+            problem.seqlen_q,
+            problem.heads,
+            problem.batch,
+            problem.head_dim_v,
+            params.num_splits.max(1) as u32,
+            self.device.sm_count,
         );
+        let func = match kind {
+            CombineKernel::Rows => &combine.rows,
+            _ => &combine.per_row,
+        };
         let mut args = [params as *const FwdParams as *mut c_void];
         // SAFETY: the combine kernel of a verified split module, whose one parameter is an
         // fa4::FwdParams; it runs after the forward on the same stream, as its programmatic
         // dependent, and waits for that grid before reading the partials.
         unsafe {
             super::launch::launch(
-                combine.cu_function(),
+                func.cu_function(),
                 grid,
-                COMBINE_THREADS,
+                super::combine::THREADS,
                 0,
                 stream,
                 LaunchMode {

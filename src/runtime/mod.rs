@@ -2,6 +2,7 @@
 
 mod attention;
 mod cluster;
+mod combine;
 mod error;
 #[cfg(feature = "jit")]
 pub mod jit;
@@ -11,6 +12,7 @@ mod problem;
 pub mod tma;
 
 pub use attention::{FlashAttention, RawPtrs, SeqBuffers, combine_spec};
+pub use combine::CombineKernel;
 pub use error::Error;
 pub use library::KernelLibrary;
 pub use problem::{Paged, Problem, Strides, Validated, Varlen, resolve_mask};

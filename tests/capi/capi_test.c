@@ -153,6 +153,9 @@ int main(int argc, char** argv) {
         "combine: 0 splits");
   CHECK(fa4gen_combine(h, &p, 2, (const float*)dq, (const float*)dq, dout, NULL, NULL, s) == FA4GEN_ERR_INVALID_ARGUMENT,
         "combine: null lse with return_lse");
+  CHECK(fa4gen_set_combine_kernel(h, 3) == FA4GEN_ERR_INVALID_ARGUMENT, "combine kernel 3");
+  CHECK(strstr(fa4gen_last_error(), "kernel") != NULL, "message names the kernel");
+  CHECK(fa4gen_set_combine_kernel(h, 0) == FA4GEN_OK, "combine kernel by shape");
   CHECK(cudaStreamSynchronize(s) == cudaSuccess, "stream healthy after refusals");
 
   fa4gen_close(h);

@@ -16,7 +16,8 @@
 // Grid: (ceil(rows / 16), heads_kv, batch * num_splits), rows = Sq * (H / Hkv) packed as (query, head-in-group), group fastest.
 // Features: varlen=false paged=true sink=false softcap=false split=true
 // Split-KV: CTA z = (batch, split) covers the split-th share of its K blocks and writes fp32 O and
-// LSE partials; fa4gen_fwd_sm90_portable_bf16_d128x128_m16n128_q1_causal_lse_packgqa_paged_split_combine (below, same module) reduces them.
+// LSE partials; fa4gen_fwd_sm90_portable_bf16_d128x128_m16n128_q1_causal_lse_packgqa_paged_split_combine or _combine_rows (below, same module: a CTA per row, or a group
+// of lanes per row) reduces them.
 #include "fa4gen/fwd_params.cuh"
 #include "fa4gen/mask.cuh"
 #include "fa4gen/mma_m16n8k16.cuh"
@@ -568,5 +569,122 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m16n128_q1_causal_lse_packgqa_paged_split
     u16* dst = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride +
                (i64)head * p.o_head_stride + c * 4;
     *reinterpret_cast<uint2*>(dst) = uint2{Elem::pack2(acc.x, acc.y), Elem::pack2(acc.z, acc.w)};
+  }
+}
+
+// ---- the same reduction for many rows: a group of lanes per (query, head) row ----
+// A prefill-sized split has thousands of rows and few splits: a CTA per row queues in waves
+// and spends its time at barriers. Here a group of kRowLanes lanes (a warp, or half or a
+// quarter of one where an O row has fewer float4 chunks) reduces one row: lane s of the group
+// holds the LSEs of splits s, s + kRowLanes, ..., a butterfly reduces them, and each lane sums
+// its chunks of O over the splits, kBatch splits' loads in flight, the first batch issued
+// before the LSEs. No barrier but the warp's own. The CTAs step over the sequence's rows
+// (query-major, heads fastest: the partials' order) kRowsPerCta at a time, so any grid
+// covers them; the runtime launches one step's worth (runtime/attention.rs
+// `combine_rows_per_cta`, the same formula) where rows outnumber a wave of per-row CTAs.
+constexpr int kRowLanes = kChunks > 16 ? 32 : kChunks > 8 ? 16 : 8;  // lanes per row
+constexpr int kLaneChunks = (kChunks + kRowLanes - 1) / kRowLanes;  // float4 chunks per lane
+constexpr int kLaneSplits = kMaxSplits / kRowLanes;                 // LSEs per lane
+constexpr int kRowsPerCta = kCombineThreads / kRowLanes;
+
+extern "C" __global__ void __launch_bounds__(kCombineThreads)
+fa4gen_fwd_sm90_portable_bf16_d128x128_m16n128_q1_causal_lse_packgqa_paged_split_combine_rows(const __grid_constant__ FwdParams p) {
+  __shared__ float weight[kRowsPerCta][kMaxSplits];
+  const int lane = threadIdx.x % kRowLanes, group = threadIdx.x / kRowLanes;
+  const int batch = blockIdx.z;
+  // As the per-row kernel: launched as a programmatic dependent, it waits here for the partials.
+  grid_dependency_wait();
+  grid_dependency_launch();
+  const Seq seq(p, batch);
+  const int rows = seq.seqlen_q * p.heads, splits = p.num_splits;
+  // `base` is uniform over the CTA, so every lane of a warp runs each step and its shuffles;
+  // a group past the last row computes nothing it loads or stores.
+  for (int base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta) {
+    const int r = base + group;
+    const bool live = r < rows;
+    const int i = live ? r / p.heads : 0, head = live ? r - i * p.heads : 0;
+
+    // ---- the first batch of O loads, in flight during the LSE reduction ----
+    const float* o_part = p.o_partial + ((i64)(seq.q_row0 + i) * p.heads + head) * kDv;
+    float4 x[kBatch][kLaneChunks];
+    auto load_batch = [&](int s0) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+#pragma unroll
+        for (int m = 0; m < kLaneChunks; ++m) {
+          const int s = s0 + j, c = lane + m * kRowLanes;
+          x[j][m] = live && s < splits && c < kChunks
+                        ? *reinterpret_cast<const float4*>(o_part + s * p.o_partial_split_stride + c * 4)
+                        : float4{0.f, 0.f, 0.f, 0.f};
+        }
+      }
+    };
+    load_batch(0);
+
+    // ---- the LSE and each split's weight ----
+    const i64 li = seq.lse_index(p, batch, head, i);
+    float l[kLaneSplits];
+#pragma unroll
+    for (int j = 0; j < kLaneSplits; ++j) {
+      const int s = lane + j * kRowLanes;
+      l[j] = live && s < splits ? p.lse_partial[li + s * p.lse_partial_split_stride] : neg_inf();
+    }
+    float mx = l[0];
+#pragma unroll
+    for (int j = 1; j < kLaneSplits; ++j) mx = fmaxf(mx, l[j]);
+    mx = warp_reduce<kRowLanes>(mx, MaxOp{});
+    if constexpr (kSink) mx = fmaxf(mx, live ? p.sinks[head] : neg_inf());
+    // Every lane of the warp joins the butterflies (full-warp shuffles), so no branch on a
+    // group's max around them: a row no split saw sums zeros from a max of 0.
+    const float m = mx == neg_inf() ? 0.f : mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kLaneSplits; ++j) sum += expf(l[j] - m);  // exp(-inf) = 0
+    sum = warp_reduce<kRowLanes>(sum, SumOp{});
+    if constexpr (kSink) sum += live ? expf(p.sinks[head] - m) : 0.f;
+    const float lse = mx == neg_inf() ? neg_inf() : mx + logf(sum);
+    if (kWriteLse && live && lane == 0) p.lse[li] = lse;
+#pragma unroll
+    for (int j = 0; j < kLaneSplits; ++j) {
+      const int s = lane + j * kRowLanes;
+      if (s < splits) weight[group][s] = lse != neg_inf() ? expf(l[j] - lse) : 0.f;
+    }
+    __syncwarp();
+
+    // ---- O over the splits, a batch at a time ----
+    float4 acc[kLaneChunks];
+#pragma unroll
+    for (int m = 0; m < kLaneChunks; ++m) acc[m] = float4{0.f, 0.f, 0.f, 0.f};
+    for (int s0 = 0;;) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int s = s0 + j;
+        const float w = s < splits ? weight[group][s] : 0.f;
+        if (w > 0.f) {  // an empty split's partial O is not summed (it may be 0 * inf)
+#pragma unroll
+          for (int m = 0; m < kLaneChunks; ++m) {
+            acc[m].x += w * x[j][m].x;
+            acc[m].y += w * x[j][m].y;
+            acc[m].z += w * x[j][m].z;
+            acc[m].w += w * x[j][m].w;
+          }
+        }
+      }
+      s0 += kBatch;
+      if (s0 >= splits) break;
+      load_batch(s0);
+    }
+    if (live) {
+      u16* row = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride +
+                 (i64)head * p.o_head_stride;
+#pragma unroll
+      for (int m = 0; m < kLaneChunks; ++m) {
+        const int c = lane + m * kRowLanes;
+        if (c < kChunks)
+          *reinterpret_cast<uint2*>(row + c * 4) =
+              uint2{Elem::pack2(acc[m].x, acc[m].y), Elem::pack2(acc[m].z, acc[m].w)};
+      }
+    }
+    __syncwarp();  // the group has read its weights: the next step may write them
   }
 }
