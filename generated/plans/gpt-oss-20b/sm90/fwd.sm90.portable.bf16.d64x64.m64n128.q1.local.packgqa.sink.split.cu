@@ -578,8 +578,9 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m64n128_q1_local_packgqa_sink_split_combine
 // its chunks of O over the splits, kBatch splits' loads in flight, the first batch issued
 // before the LSEs. No barrier but the warp's own. The CTAs step over the sequence's rows
 // (query-major, heads fastest: the partials' order) kRowsPerCta at a time, so any grid
-// covers them; the runtime launches one step's worth (runtime/attention.rs
-// `combine_rows_per_cta`, the same formula) where rows outnumber a wave of per-row CTAs.
+// covers them; the runtime launches one step's worth (runtime/combine.rs `rows_per_cta`, the
+// same formula) where its ceil(splits / kBatch) round trips are no more than the per-row
+// kernel's waves of CTAs.
 constexpr int kRowLanes = kChunks > 16 ? 32 : kChunks > 8 ? 16 : 8;  // lanes per row
 constexpr int kLaneChunks = (kChunks + kRowLanes - 1) / kRowLanes;  // float4 chunks per lane
 constexpr int kLaneSplits = kMaxSplits / kRowLanes;                 // LSEs per lane
