@@ -5,7 +5,7 @@
 //! splits at once: one memory round trip for up to 32 splits, the right shape for decode's few
 //! rows. A prefill-sized split has thousands of rows and few splits; there the CTAs per row
 //! queue in waves of `8 x SMs` and spend their time at barriers, while the rows kernel holds
-//! four to sixteen rows per CTA and takes `ceil(splits / 8)` round trips (its loads in flight).
+//! four to sixteen rows per CTA and takes `ceil(splits / 4)` round trips (its loads in flight).
 
 /// Which combine kernel reduces a split's partials ([`FlashAttention::set_combine_kernel`]).
 ///
@@ -45,8 +45,8 @@ pub(crate) const THREADS: u32 = 128;
 /// CTAs of the per-row kernel an SM holds at once: its 56 registers a thread (d 128, ptxas
 /// for sm_90a) allocate 64, eight CTAs of 128 threads.
 const CTAS_PER_SM: u64 = 8;
-/// Splits whose O loads one thread of the rows kernel has in flight (`kBatch`).
-const BATCH: u64 = 8;
+/// Splits whose O loads one lane of the rows kernel has in flight (`kRowBatch`).
+const BATCH: u64 = 4;
 
 /// Rows one CTA of `_combine_rows` reduces per step (`kRowsPerCta`): an O row of `dv / 4`
 /// float4 chunks takes 32 lanes above 16 chunks, 16 above 8, else 8.
@@ -117,19 +117,23 @@ mod tests {
         let (k, grid) = choose(auto, 128, 32, 1, 128, 4, 132);
         assert_eq!(k, CombineKernel::Rows);
         assert_eq!(grid, (1024, 1, 1));
-        // Decode, B 1 x H 32 with 64 splits: eight round trips against one wave.
+        // Decode, B 1 x H 32 with 64 splits: 16 round trips against one wave.
         assert_eq!(
             choose(auto, 1, 32, 1, 128, 64, 132),
             (CombineKernel::PerRow, (1, 32, 1))
         );
         // Decode with few splits: one round trip either way, the rows kernel has no barriers.
-        assert_eq!(choose(auto, 1, 32, 8, 128, 8, 132).0, CombineKernel::Rows);
-        // 16 splits need two waves' worth of rows (8 CTAs an SM).
+        assert_eq!(choose(auto, 1, 32, 8, 128, 4, 132).0, CombineKernel::Rows);
+        assert_eq!(choose(auto, 1, 32, 8, 128, 5, 132).0, CombineKernel::PerRow);
+        // 16 splits (4 round trips) need four waves' worth of rows (8 CTAs an SM).
         assert_eq!(
-            choose(auto, 1, 32, 33, 128, 16, 132).0,
+            choose(auto, 1, 32, 99, 128, 16, 132).0,
             CombineKernel::PerRow
         );
-        assert_eq!(choose(auto, 1, 32, 34, 128, 16, 132).0, CombineKernel::Rows);
+        assert_eq!(
+            choose(auto, 1, 32, 100, 128, 16, 132).0,
+            CombineKernel::Rows
+        );
         // Forced either way.
         assert_eq!(
             choose(CombineKernel::PerRow, 128, 32, 1, 128, 4, 132).0,

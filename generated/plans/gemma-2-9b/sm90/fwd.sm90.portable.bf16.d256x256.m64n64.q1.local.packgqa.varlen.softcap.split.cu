@@ -575,16 +575,20 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_packgqa_varlen_softcap_sp
 // and spends its time at barriers. Here a group of kRowLanes lanes (a warp, or half or a
 // quarter of one where an O row has fewer float4 chunks) reduces one row: lane s of the group
 // holds the LSEs of splits s, s + kRowLanes, ..., a butterfly reduces them, and each lane sums
-// its chunks of O over the splits, kBatch splits' loads in flight, the first batch issued
+// its chunks of O over the splits, kRowBatch splits' loads in flight, the first batch issued
 // before the LSEs. No barrier but the warp's own. The CTAs step over the sequence's rows
 // (query-major, heads fastest: the partials' order) kRowsPerCta at a time, so any grid
 // covers them; the runtime launches one step's worth (runtime/combine.rs `rows_per_cta`, the
-// same formula) where its ceil(splits / kBatch) round trips are no more than the per-row
+// same formula) where its ceil(splits / kRowBatch) round trips are no more than the per-row
 // kernel's waves of CTAs.
 constexpr int kRowLanes = kChunks > 16 ? 32 : kChunks > 8 ? 16 : 8;  // lanes per row
 constexpr int kLaneChunks = (kChunks + kRowLanes - 1) / kRowLanes;  // float4 chunks per lane
 constexpr int kLaneSplits = kMaxSplits / kRowLanes;                 // LSEs per lane
 constexpr int kRowsPerCta = kCombineThreads / kRowLanes;
+// Splits whose O loads a lane has in flight. 4, not the per-row kernel's 8: a prefill split
+// has 2-4, and the registers 8 would hold idle cost occupancy (d 128: 48 registers, 40 warps
+// an SM, against 68 and 28; H200, 2 splits of Sq 1024 x H 32: 19.2 against 22.5 us).
+constexpr int kRowBatch = 4;
 
 extern "C" __global__ void __launch_bounds__(kCombineThreads)
 fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_packgqa_varlen_softcap_split_combine_rows(const __grid_constant__ FwdParams p) {
@@ -605,10 +609,10 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_packgqa_varlen_softcap_sp
 
     // ---- the first batch of O loads, in flight during the LSE reduction ----
     const float* o_part = p.o_partial + ((i64)(seq.q_row0 + i) * p.heads + head) * kDv;
-    float4 x[kBatch][kLaneChunks];
+    float4 x[kRowBatch][kLaneChunks];
     auto load_batch = [&](int s0) {
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
+      for (int j = 0; j < kRowBatch; ++j) {
 #pragma unroll
         for (int m = 0; m < kLaneChunks; ++m) {
           const int s = s0 + j, c = lane + m * kRowLanes;
@@ -656,7 +660,7 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_packgqa_varlen_softcap_sp
     for (int m = 0; m < kLaneChunks; ++m) acc[m] = float4{0.f, 0.f, 0.f, 0.f};
     for (int s0 = 0;;) {
 #pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
+      for (int j = 0; j < kRowBatch; ++j) {
         const int s = s0 + j;
         const float w = s < splits ? weight[group][s] : 0.f;
         if (w > 0.f) {  // an empty split's partial O is not summed (it may be 0 * inf)
@@ -669,7 +673,7 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_packgqa_varlen_softcap_sp
           }
         }
       }
-      s0 += kBatch;
+      s0 += kRowBatch;
       if (s0 >= splits) break;
       load_batch(s0);
     }
