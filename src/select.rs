@@ -527,25 +527,6 @@ pub fn select_with(
         }
         .can_implement()
         .is_ok();
-    // The 64-row fill tile, where it applies to this call (it runs unsplit: see below).
-    let fill = (prefer.fill
-        && p.tile_mn.is_none()
-        && spec.imp == crate::spec::Impl::Wgmma
-        && spec.tile_m == 128
-        && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
-        && 2 * flagship_tiles <= device.sm_count as usize)
-        .then(|| {
-            SpecClass {
-                pack_gqa: spec.pack_gqa,
-                ..class
-            }
-            .flagship_fill()
-        })
-        .flatten()
-        .filter(|f| {
-            p.paged
-                .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
-        });
     // Unsplit after all: without the flagship's split, from FLAGSHIP_SPLIT_FILL of the SMs;
     // with it, under FLAGSHIP_SPLIT_MIN_BLOCKS K blocks.
     let unsplit = if flagship_splits {
@@ -567,9 +548,26 @@ pub fn select_with(
     // are surely few. Unsplit calls only: the default num_splits=1, and the heuristic's where
     // it leaves the call unsplit (in a library without the flagship's split, where 128-row
     // tiles fill FLAGSHIP_SPLIT_FILL of the SMs).
-    if num_splits == 1
-        && let Some(fill) = fill
-    {
+    let fill = (num_splits == 1
+        && prefer.fill
+        && p.tile_mn.is_none()
+        && spec.imp == crate::spec::Impl::Wgmma
+        && spec.tile_m == 128
+        && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
+        && 2 * flagship_tiles <= device.sm_count as usize)
+        .then(|| {
+            SpecClass {
+                pack_gqa: spec.pack_gqa,
+                ..class
+            }
+            .flagship_fill()
+        })
+        .flatten()
+        .filter(|f| {
+            p.paged
+                .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
+        });
+    if let Some(fill) = fill {
         spec = fill;
         m_blocks = rows.div_ceil(spec.block_m() as usize);
     }
