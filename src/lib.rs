@@ -23,3 +23,4 @@ pub mod reference;
 pub mod runtime;
 pub mod schedule;
 pub mod select;
+pub mod split_count;

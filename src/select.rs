@@ -19,6 +19,7 @@
 use crate::arch::Arch;
 use crate::runtime::{Error, Problem, Validated};
 use crate::spec::{Features, KernelSpec, Mask};
+use crate::split_count::SplitCall;
 use crate::tiles::{SpecClass, TileShape};
 
 /// What selection needs to know about the device.
@@ -482,6 +483,17 @@ pub fn select_with(
     // threads per SM and one CTA keeps only one K and one V tile in flight, so filling every
     // slot doubles the loads in flight (decode B=1 Sk=32k H32/8 on the H200: 1.69 TB/s with
     // 16 splits, see docs/BENCHMARKS.md for 2x).
+    let flagship_splits = prefer.split
+        && spec.imp == crate::spec::Impl::Wgmma
+        && KernelSpec {
+            feat: Features {
+                split: true,
+                ..spec.feat
+            },
+            ..spec
+        }
+        .can_implement()
+        .is_ok();
     let num_splits = if v.num_splits < 1 {
         let sk_eff = match v.mask {
             Mask::Local => p.seqlen_k.min(
@@ -503,30 +515,48 @@ pub fn select_with(
             // them (B=1 Sk=32k d128 H32/8 on the H200: 32 splits 2.95 TB/s, 33 2.66 TB/s).
             Arch::Sm90 | Arch::Sm120 => {
                 let n_blocks = sk_eff.div_ceil(spec.tile_n as usize).max(1) as u32;
-                n_blocks.div_ceil(n_blocks.div_ceil(n))
+                let fa4 = n_blocks.div_ceil(n_blocks.div_ceil(n));
+                // The flagship's split over a dense call (known lengths; no window: the
+                // flagship does not split one): the schedule model's count.
+                let dense = p.varlen.is_none() && matches!(v.mask, Mask::None | Mask::Causal);
+                // An unsplit call the split tail would even out (unmasked, unpacked, long)
+                // is not the model's n = 1: FA4's count stands there.
+                let tail = fa4 == 1
+                    && spec.wgmma_split_tail()
+                    && p.split_tail != Some(false)
+                    && p.seqlen_k >= SPLIT_TAIL_MIN_KEYS
+                    && spec.d.max(spec.dv) >= 128;
+                if flagship_splits && dense && !tail {
+                    SplitCall {
+                        seqlen_q: p.seqlen_q,
+                        seqlen_k: p.seqlen_k,
+                        group: if pack_gqa { v.group.max(1) } else { 1 },
+                        heads_batch: ctas_heads * p.batch,
+                        query_heads_batch: p.heads * p.batch,
+                        causal: v.mask == Mask::Causal,
+                        tile_m: spec.block_m() as usize,
+                        tile_n: spec.tile_n as usize,
+                        d: spec.d as usize,
+                        dv: spec.dv as usize,
+                        slots: slots as usize,
+                    }
+                    .best(fa4)
+                } else {
+                    fa4
+                }
             }
         }
     } else {
         v.num_splits as u32
     };
     // The flagship splits K itself where the library has it (`Prefer::split`): the heuristic's
-    // count, from its own CTA slots, as FA4 on sm100f. Else the split runs on the portable
-    // kernel, at under half the flagship's rate per SM: the flagship unsplit, on one CTA per
-    // tile, is faster from FLAGSHIP_SPLIT_FILL of the SMs up. (FA4 never splits here; a
-    // caller's explicit count is honoured.)
+    // count, from its own CTA slots, as FA4 on sm100f, or the schedule model's
+    // (`split_count`). Else the split runs on the portable kernel, at under half the
+    // flagship's rate per SM: the flagship unsplit, on one CTA per tile, is faster from
+    // FLAGSHIP_SPLIT_FILL of the SMs up. (FA4 never splits here; a caller's explicit count is
+    // honoured.)
     // The tiles of the spec chosen so far, counted by both rules below.
     let flagship_tiles = m_blocks * heads * p.batch;
-    let flagship_splits = prefer.split
-        && spec.imp == crate::spec::Impl::Wgmma
-        && KernelSpec {
-            feat: Features {
-                split: true,
-                ..spec.feat
-            },
-            ..spec
-        }
-        .can_implement()
-        .is_ok();
     // Unsplit after all: without the flagship's split, from FLAGSHIP_SPLIT_FILL of the SMs;
     // with it, under FLAGSHIP_SPLIT_MIN_BLOCKS K blocks.
     let unsplit = if flagship_splits {
@@ -1239,6 +1269,32 @@ mod tests {
         }
         println!("validate + select: {best:.0} ns per call");
         assert!(best < 1000.0, "selection takes {best:.0} ns");
+        // A chunk the split heuristic runs through the schedule model (`split_count`): a
+        // gpt-oss chunk of 256 over 16k, d 64, H 64/8 (an engine's chunks grow Sk every step,
+        // so no answer is kept).
+        let mut p = Problem::new(DType::Bf16, 1, 256, 16384, 64, 8, 64, 64);
+        p.causal = true;
+        p.num_splits = 0;
+        assert_eq!(
+            select(&p, &p.validate().unwrap(), &H200)
+                .unwrap()
+                .num_splits,
+            3
+        );
+        let mut best = f64::MAX;
+        for _ in 0..20 {
+            let t = std::time::Instant::now();
+            let mut acc = 0u32;
+            for _ in 0..n / 10 {
+                let pp = std::hint::black_box(&p);
+                let v = pp.validate().unwrap();
+                acc = acc.wrapping_add(select(pp, &v, &H200).unwrap().num_splits);
+            }
+            std::hint::black_box(acc);
+            best = best.min(t.elapsed().as_nanos() as f64 / (n / 10) as f64);
+        }
+        println!("validate + select, split heuristic: {best:.0} ns per call");
+        assert!(best < 3000.0, "selection takes {best:.0} ns");
     }
 
     #[test]

@@ -985,6 +985,25 @@ fn flagship_split_cases() -> Vec<Case> {
             i += 1;
         }
     }
+    // The schedule model's count (split_count.rs): d 64, H 16/2 packed on 192-row tiles, B 4 x
+    // Sq 250 over 4133 keys: 88 tiles, which FA4's rule leaves unsplit and the model splits 3
+    // ways (`flagship_split_cases_select_the_flagship_split`); causal and unmasked.
+    for causal in [true, false] {
+        let mut c = Case::flagship_layout(
+            vec![(250, 4133); 4],
+            i,
+            (64, 64),
+            8,
+            (false, KLayout::Batched),
+        );
+        c.causal = causal;
+        c.pack_gqa = Some(true);
+        c.num_splits = 0;
+        c.sinks = causal;
+        c.combine = COMBINES[i % 3];
+        cases.push(c);
+        i += 1;
+    }
     cases
 }
 
@@ -998,6 +1017,9 @@ fn flagship_split() {
 fn flagship_split_cases_select_the_flagship_split() {
     each_h200_selection(&flagship_split_cases(), |c, s| {
         assert!(s.spec.feat.split && s.num_splits > 1, "{}", c.name());
+        if c.num_splits == 0 && c.seqs.len() == 4 {
+            assert_eq!((s.num_splits, s.spec.tile_m), (3, 192), "{}", c.name());
+        }
     });
 }
 

@@ -24,6 +24,7 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              on sm90 the flagship's own split-KV
   chunked-paged  the same over pages of 16 and 128 keys: the default (fill tile), 128x128, the heuristic
   few-tiles  prefill (Sq = Sk 512..4k) on a few heads (tensor-parallel shards): unsplit, the heuristic, 2, 4
+  split-sweep  the split count by hand (1-8) beside the heuristic's, on calls it splits or nearly
   combine    the split-KV combine's two kernels and the runtime's choice, in turns: forwards that split
              (chunked and short prefill, decode) and flash_attn_combine alone
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
@@ -566,6 +567,56 @@ def few_tiles():
         torch.cuda.empty_cache()
 
 
+SPLIT_SWEEP_SHAPES = [  # (B, Sq, Sk, H, Hkv, d, causal): calls the split heuristic splits, or nearly
+    (1, 4096, 4096, 2, 1, 128, True),        # causal squares on few heads: uneven tiles
+    (1, 2048, 2048, 4, 1, 128, True),
+    (1, 8192, 8192, 1, 1, 128, True),
+    (1, 1024, 1024, 4, 1, 256, True),
+    (1, 128, 8192, 32, 8, 128, True),        # chunked prefill (bottom-right): even tiles
+    (1, 256, 4096, 32, 8, 128, True),
+    (1, 256, 8192, 32, 8, 128, True),
+    (1, 128, 32768, 32, 8, 128, True),
+    (1, 512, 32768, 32, 8, 128, True),       # 128 tiles: FA4's rule leaves it unsplit
+    (4, 32, 8192, 64, 8, 128, True),         # packed GQA
+    (1, 128, 16384, 64, 8, 64, True),        # gpt-oss chunks (192-row tiles)
+    (1, 256, 16384, 64, 8, 64, True),
+    (1, 512, 16384, 64, 8, 64, True),
+    (1, 1024, 8192, 16, 2, 128, False),      # unmasked
+    # Shapes the schedule model (split_count.rs) was not fitted on, its count beside each
+    (1, 256, 8192, 64, 8, 64, True),         # model 3 (FA4 1)
+    (1, 256, 32768, 64, 8, 64, True),        # 3
+    (4, 250, 4133, 16, 2, 64, True),         # 3 (the GPU test's case)
+    (1, 384, 16384, 64, 8, 64, True),        # 1 (128 tiles)
+    (1, 768, 16384, 32, 8, 128, True),       # 2 (192 tiles)
+    (1, 640, 32768, 32, 8, 128, True),       # 4 (160 tiles)
+    (1, 1024, 16384, 32, 8, 128, True),      # 1 (256 tiles)
+    (1, 768, 8192, 32, 8, 128, False),       # 2 (unmasked, packed)
+    (1, 3072, 3072, 4, 1, 128, True),        # 3 (FA4 1)
+    (1, 6144, 6144, 2, 1, 128, True),        # 3
+    (1, 1536, 1536, 4, 4, 256, True),        # 3 (FA4 2)
+]
+
+
+def split_sweep():
+    """The split count by hand (1, 2, 3, 4, 6, 8) beside the heuristic's (num_splits=0), in two
+    interleaved rounds: where the heuristic's count is off, and by how much."""
+    for b, sq, sk, h, hkv, d, causal in SPLIT_SWEEP_SHAPES:
+        n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
+        qs = [torch.randn(b, sq, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        row = dict(bench="split-sweep", b=b, sq=sq, sk=sk, h=h, hkv=hkv, d=d, causal=causal,
+                   kernel_default=fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal),
+                   kernel_heuristic=fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal, num_splits=0))
+        for rnd in ("", "_again"):
+            for splits in (1, 0, 2, 3, 4, 6, 8):
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=causal, num_splits=splits), n)
+                row[f"ms_{splits if splits else 'heuristic'}{rnd}"] = round(ms, 4)
+        emit(**row)
+        del qs, ks, vs
+        torch.cuda.empty_cache()
+
+
 COMBINE_FORWARDS = [  # (B, Sq, Sk, H, Hkv, d, causal, num_splits): forwards that split
     (1, 128, 8192, 32, 8, 128, True, 0),     # chunked prefill, the heuristic (4 splits)
     (1, 128, 32768, 32, 8, 128, True, 0),
@@ -694,7 +745,8 @@ def warm_up_clocks(seconds=1.0):
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
-            "chunked-paged": chunked_paged, "few-tiles": few_tiles, "combine": combine}
+            "chunked-paged": chunked_paged, "few-tiles": few_tiles, "combine": combine,
+            "split-sweep": split_sweep}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":
