@@ -7,7 +7,8 @@
 //! - num_splits: the caller's when >= 1; when < 1 FA4's heuristic (`heuristic_splits`), exactly
 //!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split),
 //!   rounded there to equal shares of K blocks (no empty split); on sm90 the flagship splits
-//!   itself (unmasked, causal) from `FLAGSHIP_SPLIT_MIN_BLOCKS` K blocks; a library without
+//!   itself (unmasked, causal) from `FLAGSHIP_SPLIT_MIN_BLOCKS` K blocks, on dense calls with
+//!   the count of a model of its schedule where that predicts a gain (`split_count`); a library without
 //!   the flagship's split runs splits on the portable
 //!   kernel and a call whose flagship tiles fill 45% of the SMs unsplit (`FLAGSHIP_SPLIT_FILL`);
 //! - tiles: the family's table, or the decode table for at most 64 packed query rows (with the
