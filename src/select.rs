@@ -517,9 +517,11 @@ pub fn select_with(
             Arch::Sm90 | Arch::Sm120 => {
                 let n_blocks = sk_eff.div_ceil(spec.tile_n as usize).max(1) as u32;
                 let fa4 = n_blocks.div_ceil(n_blocks.div_ceil(n));
-                // The flagship's split over a dense call (known lengths; no window: the
-                // flagship does not split one): the schedule model's count.
-                let dense = p.varlen.is_none() && matches!(v.mask, Mask::None | Mask::Causal);
+                // The flagship's split (no window: it does not split one) where the host knows
+                // the lengths: dense calls, and one sequence of varlen (an engine's chunk,
+                // max_seqlen_q / max_seqlen_k its lengths): the schedule model's count.
+                let dense =
+                    (!p.is_varlen() || p.batch == 1) && matches!(v.mask, Mask::None | Mask::Causal);
                 // An unsplit call the split tail would even out (unmasked, unpacked, long)
                 // is not the model's n = 1: FA4's count stands there.
                 let tail = fa4 == 1

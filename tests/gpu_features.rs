@@ -988,14 +988,15 @@ fn flagship_split_cases() -> Vec<Case> {
     // The schedule model's count (split_count.rs): d 64, H 16/2 packed on 192-row tiles, B 4 x
     // Sq 250 over 4133 keys: 88 tiles, which FA4's rule leaves unsplit and the model splits 3
     // ways (`flagship_split_cases_select_the_flagship_split`); causal and unmasked.
-    for causal in [true, false] {
-        let mut c = Case::flagship_layout(
-            vec![(250, 4133); 4],
-            i,
-            (64, 64),
-            8,
-            (false, KLayout::Batched),
-        );
+    // An engine's chunk beside them: one sequence, packed queries over pages of 16, 1000
+    // queries over 4133 keys (84 tiles).
+    let chunk = (vec![(1000, 4133)], (true, KLayout::Paged(16)));
+    for (causal, (seqs, layout)) in [
+        (true, (vec![(250, 4133); 4], (false, KLayout::Batched))),
+        (false, (vec![(250, 4133); 4], (false, KLayout::Batched))),
+        (true, chunk),
+    ] {
+        let mut c = Case::flagship_layout(seqs, i, (64, 64), 8, layout);
         c.causal = causal;
         c.pack_gqa = Some(true);
         c.num_splits = 0;
@@ -1017,7 +1018,7 @@ fn flagship_split() {
 fn flagship_split_cases_select_the_flagship_split() {
     each_h200_selection(&flagship_split_cases(), |c, s| {
         assert!(s.spec.feat.split && s.num_splits > 1, "{}", c.name());
-        if c.num_splits == 0 && c.seqs.len() == 4 {
+        if c.num_splits == 0 && c.d == 64 && c.heads == 16 {
             assert_eq!((s.num_splits, s.spec.tile_m), (3, 192), "{}", c.name());
         }
     });
