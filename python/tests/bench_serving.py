@@ -24,6 +24,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              on sm90 the flagship's own split-KV
   chunked-paged  the same over pages of 16 and 128 keys: the default (fill tile), 128x128, the heuristic
   few-tiles  prefill (Sq = Sk 512..4k) on a few heads (tensor-parallel shards): unsplit, the heuristic, 2, 4
+  engine-chunks  one sequence's chunk through flash_attn_varlen_func over pages of 16 (gpt-oss, Llama-like):
+             unsplit, the heuristic, counts by hand
   split-sweep  the split count by hand (1-8) beside the heuristic's, on calls it splits or nearly
   combine    the split-KV combine's two kernels and the runtime's choice, in turns: forwards that split
              (chunked and short prefill, decode) and flash_attn_combine alone
@@ -618,6 +620,47 @@ def split_sweep():
         torch.cuda.empty_cache()
 
 
+ENGINE_CHUNKS = [  # (Sq, Sk, H, Hkv, d, sinks): one sequence's chunk as an engine calls it
+    (256, 8192, 64, 8, 64, True),            # gpt-oss full layers
+    (256, 16384, 64, 8, 64, True),
+    (512, 16384, 64, 8, 64, True),
+    (1000, 4133, 64, 8, 64, True),
+    (768, 16384, 32, 8, 128, False),         # Llama-like
+    (640, 32768, 32, 8, 128, False),
+]
+
+
+def engine_chunks():
+    """A chunk of one sequence as an engine calls it (flash_attn_varlen_func: packed queries
+    with cu_seqlens_q, K/V in shuffled pages of 16 with seqused_k, causal, gpt-oss's sinks):
+    unsplit (the default), the heuristic, and counts by hand, in two rounds."""
+    for sq, sk, h, hkv, d, sinks in ENGINE_CHUNKS:
+        page = 16
+        pages = sk // page + 1
+        q = torch.randn(sq, h, d, device=DEV, dtype=BF)
+        kpg = torch.randn(pages, page, hkv, d, device=DEV, dtype=BF)
+        vpg = torch.randn(pages, page, hkv, d, device=DEV, dtype=BF)
+        table = torch.randperm(pages, device=DEV).to(torch.int32).view(1, pages)
+        cu_q = torch.tensor([0, sq], device=DEV, dtype=torch.int32)
+        used_k = torch.tensor([sk], device=DEV, dtype=torch.int32)
+        sink = torch.randn(h, device=DEV, dtype=torch.float32) if sinks else None
+        flop = 4 * h * d * (sq * (sk - sq) + sq * (sq + 1) // 2)
+        row = dict(bench="engine-chunks", sq=sq, sk=sk, h=h, hkv=hkv, d=d, sinks=sinks, page=page)
+
+        def call(splits):
+            return fa4gen.flash_attn_varlen_func(q, kpg, vpg, cu_seqlens_q=cu_q, max_seqlen_q=sq, max_seqlen_k=sk,
+                                                 seqused_k=used_k, page_table=table, causal=True,
+                                                 learnable_sink=sink, num_splits=splits)
+        for rnd, order in (("", (1, 0, 2, 3, 4)), ("_again", (4, 3, 2, 0, 1))):
+            for splits in order:
+                ms = graph_time_ms(lambda i: call(splits), 1)
+                row[f"ms_{splits if splits else 'heuristic'}{rnd}"] = round(ms, 4)
+        row["tflops_heuristic"] = round(flop / min(row["ms_heuristic"], row["ms_heuristic_again"]) / 1e9, 1)
+        emit(**row)
+        del q, kpg, vpg
+        torch.cuda.empty_cache()
+
+
 COMBINE_FORWARDS = [  # (B, Sq, Sk, H, Hkv, d, causal, num_splits): forwards that split
     (1, 128, 8192, 32, 8, 128, True, 0),     # chunked prefill, the heuristic (4 splits)
     (1, 128, 32768, 32, 8, 128, True, 0),
@@ -747,7 +790,7 @@ def warm_up_clocks(seconds=1.0):
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
             "chunked-paged": chunked_paged, "few-tiles": few_tiles, "combine": combine,
-            "split-sweep": split_sweep}
+            "split-sweep": split_sweep, "engine-chunks": engine_chunks}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":
