@@ -7,9 +7,9 @@
 //! - num_splits: the caller's when >= 1; when < 1 FA4's heuristic (`heuristic_splits`), exactly
 //!   on sm100f, over CTA slots instead of SMs on sm90 / sm120 (where FA4 does not split),
 //!   rounded there to equal shares of K blocks (no empty split); on sm90 the flagship splits
-//!   itself (unmasked, causal) from `FLAGSHIP_SPLIT_MIN_BLOCKS` K blocks, on dense calls with
-//!   the count of a model of its schedule where that predicts a gain (`split_count`); a library without
-//!   the flagship's split runs splits on the portable
+//!   itself (unmasked, causal) from `FLAGSHIP_SPLIT_MIN_BLOCKS` K blocks, on calls of known
+//!   lengths with the count of a model of its schedule where that predicts a gain
+//!   (`split_count`); a library without the flagship's split runs splits on the portable
 //!   kernel and a call whose flagship tiles fill 45% of the SMs unsplit (`FLAGSHIP_SPLIT_FILL`);
 //! - tiles: the family's table, or the decode table for at most 64 packed query rows (with the
 //!   table's kernel as the runtime's fallback when a library does not ship the decode tile).
@@ -228,6 +228,15 @@ pub const FILL_MIN_KEYS: usize = 4096;
 /// over 8k 0.0715 / 0.0634 (before: 0.0483, 0.0741, 0.0735, so two-way splits under 8k keys
 /// ran on the fill tile).
 pub const FLAGSHIP_SPLIT_MIN_BLOCKS: usize = 16;
+
+/// Whether the split tail may even out `spec`'s unsplit call: where the kernel has it, as
+/// `Problem::split_tail` forces, else from `SPLIT_TAIL_MIN_KEYS` keys at d >= 128 (and then
+/// where `split_tail_pays` for the launch's grid).
+fn split_tail_may_run(spec: &KernelSpec, p: &Problem) -> bool {
+    spec.wgmma_split_tail()
+        && p.split_tail
+            .unwrap_or(p.seqlen_k >= SPLIT_TAIL_MIN_KEYS && spec.d.max(spec.dv) >= 128)
+}
 
 /// FA4's num_splits heuristic (DESIGN.md §5): no split at 4 K blocks or fewer, else enough
 /// splits to fill the SMs, at most 128 and at most one per K block. `sk_eff` counts only the
@@ -522,13 +531,9 @@ pub fn select_with(
                 // max_seqlen_q / max_seqlen_k its lengths): the schedule model's count.
                 let dense =
                     (!p.is_varlen() || p.batch == 1) && matches!(v.mask, Mask::None | Mask::Causal);
-                // An unsplit call the split tail would even out (unmasked, unpacked, long)
-                // is not the model's n = 1: FA4's count stands there.
-                let tail = fa4 == 1
-                    && spec.wgmma_split_tail()
-                    && p.split_tail != Some(false)
-                    && p.seqlen_k >= SPLIT_TAIL_MIN_KEYS
-                    && spec.d.max(spec.dv) >= 128;
+                // An unsplit call the split tail may even out (unmasked, unpacked, long) is
+                // not the model's n = 1: FA4's count stands there.
+                let tail = fa4 == 1 && split_tail_may_run(&spec, p);
                 if flagship_splits && dense && !tail {
                     SplitCall {
                         seqlen_q: p.seqlen_q,
@@ -663,19 +668,13 @@ pub fn select_with(
         )
     };
     let pair = if pairs { 2 } else { 1 };
-    let split_tail = spec.wgmma_split_tail()
-        && match p.split_tail {
-            Some(force) => force,
-            None => {
-                p.seqlen_k >= SPLIT_TAIL_MIN_KEYS
-                    && spec.d.max(spec.dv) >= 128
-                    && split_tail_pays(
-                        tiles / pair,
-                        grid.0 as usize / pair,
-                        p.seqlen_k.div_ceil(spec.tile_n as usize),
-                    )
-            }
-        };
+    let split_tail = split_tail_may_run(&spec, p)
+        && (p.split_tail.is_some()
+            || split_tail_pays(
+                tiles / pair,
+                grid.0 as usize / pair,
+                p.seqlen_k.div_ceil(spec.tile_n as usize),
+            ));
     // The wgmma kernel's causal runs, which either order deals (the portable kernel has none:
     // `wgmma_q_run` reads only the mask and packing).
     let run = match spec.wgmma_q_run() {
