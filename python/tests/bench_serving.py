@@ -78,9 +78,9 @@ def capture_graph(fn, n_args, calls):
 
 def graph_time_ms(fn, n_args, calls=10, replays=15, warm_ms=25.0):
     """Median GPU time per call of fn(i) (i selects the input copy), from CUDA graph replays,
-    after replays for at least warm_ms: a shape's first timing, right after its inputs were
-    made, read up to 1.2x slow without them (session 34: Sq 128 over 16k unsplit 0.174 against
-    0.149 ms in the same section's second round)."""
+    after replays for at least warm_ms. (A shape's first timing, right after its inputs were
+    made, reads up to 1.2x slow; these replays did not remove that, session 34: S 4k H 2/1
+    unsplit 0.0434 first against 0.0381 last. The cause is not known.)"""
     g = capture_graph(fn, n_args, calls)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
