@@ -284,6 +284,25 @@ mod tests {
         assert_eq!(call(1024, 16384, 64, 8, 64, true, (128, 128)).best(1), 1);
     }
 
+    /// Empty calls, no slots and huge lengths answer without panicking or overflowing.
+    #[test]
+    fn edge_calls_keep_fa4s_count_or_answer_sanely() {
+        let mut c = call(0, 8192, 32, 8, 128, true, (128, 128));
+        assert_eq!(c.best(4), 4); // no tiles: nothing to gain over FA4's count
+        c = call(128, 0, 32, 8, 128, true, (128, 128));
+        assert_eq!(c.best(1), 1); // no keys
+        c = call(128, 8192, 32, 8, 128, true, (128, 128));
+        c.slots = 0;
+        assert_eq!(c.best(2), 2);
+        c = call(1, 1 << 31, 1, 1, 256, false, (128, 64));
+        let n = c.best(8);
+        assert!((1..=8).contains(&n));
+        assert!(c.time_us(n).is_finite());
+        // Sq > Sk under the bottom-right mask: the first queries see no key.
+        c = call(4096, 1000, 4, 1, 128, true, (128, 128));
+        assert!((1..=8).contains(&c.best(2)));
+    }
+
     #[test]
     fn time_grows_with_the_partials_and_the_busiest_cta() {
         let c = call(128, 8192, 32, 8, 128, true, (128, 128));
