@@ -76,11 +76,13 @@ def capture_graph(fn, n_args, calls):
     return g
 
 
-def graph_time_ms(fn, n_args, calls=10, replays=15, warm_ms=25.0):
+def graph_time_ms(fn, n_args, calls=10, replays=15, warm_ms=150.0):
     """Median GPU time per call of fn(i) (i selects the input copy), from CUDA graph replays,
-    after replays for at least warm_ms. (A shape's first timing, right after its inputs were
-    made, reads up to 1.2x slow; these replays did not remove that, session 34: S 4k H 2/1
-    unsplit 0.0434 first against 0.0381 last. The cause is not known.)"""
+    after replays for at least warm_ms. After heavier work (warm_up_clocks' matmuls, a long
+    call at the power cap) the clocks take ~100 ms to climb back: session 34, d 128 causal
+    S 4k H 2/1 right after warm_up_clocks read 0.0426, 0.0403, 0.0388 ms over its first three
+    timings with 25 ms of these replays, and 0.0380 with 300 ms; a shape timed after a 0.17 ms
+    unmasked one read 0.0414 against 0.0375 in its second round."""
     g = capture_graph(fn, n_args, calls)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record()
