@@ -43,6 +43,9 @@ pub const MIN_PREDICTED_GAIN: f64 = 0.92;
 /// predicted 0.81 with 3 splits and ran 1.06x slower (0.0406 against 0.0384 ms), S 6k H 2/1
 /// predicted 0.66 and ran 1.22x faster (0.0577 against 0.0704).
 pub const MIN_PREDICTED_GAIN_UNEVEN: f64 = 0.78;
+/// The most CTAs the model deals to (its difference array lives on the stack); a device with
+/// more SMs keeps FA4's count.
+pub const MAX_SLOTS: usize = 512;
 /// The counts the model tries beside FA4's: those the sweep measured (more split a few tiles'
 /// blocks no further than the combine's bytes grow; 1 only where FA4's count is 1).
 pub const MODELLED_SPLITS: [u32; 6] = [1, 2, 3, 4, 6, 8];
@@ -76,52 +79,58 @@ impl SplitCall {
         self.m_blocks() * self.heads_batch
     }
 
-    /// K blocks each Q block visits, heaviest (last) first.
-    fn block_counts(&self) -> Vec<u64> {
-        let (g, rows) = (self.group.max(1), self.seqlen_q * self.group.max(1));
-        (0..self.m_blocks())
-            .rev()
-            .map(|m| {
-                let keys = if self.causal {
-                    let q1 = ((m + 1) * self.tile_m).min(rows).saturating_sub(1) / g + 1;
-                    (q1 + self.seqlen_k)
-                        .saturating_sub(self.seqlen_q)
-                        .min(self.seqlen_k)
-                } else {
-                    self.seqlen_k
-                };
-                keys.div_ceil(self.tile_n.max(1)) as u64
-            })
-            .collect()
+    /// K blocks the i-th heaviest Q block visits (the last Q block is the heaviest).
+    fn blocks(&self, i: usize) -> u64 {
+        let m = self.m_blocks().saturating_sub(i + 1);
+        let keys = if self.causal {
+            let (g, rows) = (self.group.max(1), self.seqlen_q * self.group.max(1));
+            let q1 = ((m + 1) * self.tile_m).min(rows).saturating_sub(1) / g + 1;
+            (q1 + self.seqlen_k)
+                .saturating_sub(self.seqlen_q)
+                .min(self.seqlen_k)
+        } else {
+            self.seqlen_k
+        };
+        keys.div_ceil(self.tile_n.max(1)) as u64
     }
 
-    /// Modelled time of the call in `n` splits, microseconds.
-    pub fn time_us(&self, n: u32) -> f64 {
-        self.time_of(&self.block_counts(), n, &mut Vec::new())
+    /// Modelled time of the call in `n` splits, microseconds (`None` past [`MAX_SLOTS`] CTAs
+    /// or `2 * MAX_SLOTS` Q blocks).
+    pub fn time_us(&self, n: u32) -> Option<f64> {
+        let mut blocks = [0u64; 2 * MAX_SLOTS];
+        let blocks = self.fill_blocks(&mut blocks)?;
+        self.time_of(blocks, n, &mut [0; MAX_SLOTS + 1])
     }
 
-    /// `time_us` over the Q blocks' counts, with a scratch buffer (selection's budget is
-    /// about a microsecond: no allocation nor division per unit).
-    fn time_of(&self, blocks: &[u64], n: u32, diff: &mut Vec<i64>) -> f64 {
+    /// Each Q block's K blocks, heaviest first, into `buf` (`None` if it is too short).
+    fn fill_blocks<'a>(&self, buf: &'a mut [u64; 2 * MAX_SLOTS]) -> Option<&'a [u64]> {
+        let blocks = buf.get_mut(..self.m_blocks())?;
+        for (i, b) in blocks.iter_mut().enumerate() {
+            *b = self.blocks(i);
+        }
+        Some(blocks)
+    }
+
+    /// `time_us` over the Q blocks' counts with a scratch difference array: selection runs on
+    /// every call, so the model allocates nothing and divides per Q block, not per unit.
+    fn time_of(&self, blocks: &[u64], n: u32, diff: &mut [i64; MAX_SLOTS + 1]) -> Option<f64> {
         let n = n.max(1) as u64;
         let hb = self.heads_batch.max(1);
         let grid = (blocks.len() * hb * n as usize).clamp(1, self.slots.max(1));
+        if grid > MAX_SLOTS {
+            return None;
+        }
         // The kernel's snake deals place u to CTA u % grid in even rounds and grid - 1 - u %
         // grid in odd ones; a Q block's heads_batch equal units are consecutive places, so
         // they land on one or a few CTA ranges: added through a difference array.
-        diff.clear();
-        diff.resize(grid + 1, 0);
+        diff[..=grid].fill(0);
         let (mut c, mut odd) = (0usize, false); // the next place's CTA position and round parity
         for s in 0..n {
             for &b in blocks {
-                // Split s's share of b blocks: ceil(b / n) each, the last ones what is left.
-                let share = if n == 1 {
-                    b
-                } else {
-                    let per = b.div_ceil(n);
-                    per.min(b.saturating_sub(s * per))
-                };
-                let share = (share + UNIT_OVERHEAD_BLOCKS) as i64;
+                // Split s's share of b blocks (fwd_sm90.cu `Tiles::at`): ceil(b / n) each, the
+                // last ones what is left.
+                let per = b.div_ceil(n);
+                let share = (per.min(b.saturating_sub(s * per)) + UNIT_OVERHEAD_BLOCKS) as i64;
                 let mut left = hb;
                 while left > 0 {
                     let len = (grid - c).min(left);
@@ -148,11 +157,11 @@ impl SplitCall {
         let block_us = (2 * self.tile_m * self.tile_n * (self.d + self.dv)) as f64 / SM_FLOP_PER_US;
         let busiest = busiest as f64 * block_us;
         if n == 1 {
-            return busiest;
+            return Some(busiest);
         }
         // fp32 partials, written by the forward and read by the combine.
         let partials = (n as usize * self.seqlen_q * self.query_heads_batch * self.dv * 8) as f64;
-        busiest + COMBINE_FIXED_US + partials / PARTIAL_BYTES_PER_US
+        Some(busiest + COMBINE_FIXED_US + partials / PARTIAL_BYTES_PER_US)
     }
 
     /// The count for the call given FA4's (`fa4`, already rounded to equal shares): the
@@ -168,8 +177,13 @@ impl SplitCall {
         if self.tiles() >= 2 * self.slots || n_blocks < 2 {
             return fa4;
         }
-        let (blocks, mut diff) = (self.block_counts(), Vec::with_capacity(self.slots + 1));
-        let fa4_time = self.time_of(&blocks, fa4, &mut diff);
+        let (mut buf, mut diff) = ([0u64; 2 * MAX_SLOTS], [0i64; MAX_SLOTS + 1]);
+        let Some(blocks) = self.fill_blocks(&mut buf) else {
+            return fa4;
+        };
+        let Some(fa4_time) = self.time_of(blocks, fa4, &mut diff) else {
+            return fa4;
+        };
         let (mut best, mut best_time) = (fa4, fa4_time);
         let mut last = 0;
         for n in MODELLED_SPLITS
@@ -181,13 +195,15 @@ impl SplitCall {
                 continue; // (equal shares map several counts to one)
             }
             last = n;
-            let t = self.time_of(&blocks, n, &mut diff);
+            let t = self.time_of(blocks, n, &mut diff).unwrap_or(f64::INFINITY);
             if t < best_time {
                 (best, best_time) = (n, t);
             }
         }
-        let (heaviest, lightest) = (blocks.first().copied(), blocks.last().copied());
-        let uneven = heaviest.unwrap_or(0) > 2 * lightest.unwrap_or(0);
+        let uneven = match (blocks.first(), blocks.last()) {
+            (Some(&heaviest), Some(&lightest)) => heaviest > 2 * lightest,
+            _ => false,
+        };
         let bar = if uneven {
             MIN_PREDICTED_GAIN_UNEVEN
         } else {
@@ -297,7 +313,7 @@ mod tests {
         c = call(1, 1 << 31, 1, 1, 256, false, (128, 64));
         let n = c.best(8);
         assert!((1..=8).contains(&n));
-        assert!(c.time_us(n).is_finite());
+        assert!(c.time_us(n).is_some_and(f64::is_finite));
         // Sq > Sk under the bottom-right mask: the first queries see no key.
         c = call(4096, 1000, 4, 1, 128, true, (128, 128));
         assert!((1..=8).contains(&c.best(2)));
@@ -310,7 +326,7 @@ mod tests {
         let block_us = (2 * 128 * 128 * 256) as f64 / SM_FLOP_PER_US;
         let partials = (4 * 128 * 32 * 128 * 8) as f64 / PARTIAL_BYTES_PER_US;
         let expect = 17.0 * block_us + COMBINE_FIXED_US + partials;
-        assert!((c.time_us(4) - expect).abs() < 1e-9);
-        assert!((c.time_us(1) - 65.0 * block_us).abs() < 1e-9);
+        assert!((c.time_us(4).unwrap_or(0.0) - expect).abs() < 1e-9);
+        assert!((c.time_us(1).unwrap_or(0.0) - 65.0 * block_us).abs() < 1e-9);
     }
 }
