@@ -547,6 +547,17 @@ pub fn select_with(
                         d: spec.d as usize,
                         dv: spec.dv as usize,
                         slots: slots as usize,
+                        q_run: spec.wgmma_q_run(),
+                        // (`m_major_runs` below, before the grid's part.)
+                        m_major: match p.m_major_runs {
+                            Some(forced) => Some(forced),
+                            None if p.lpt_rounds == Some(true)
+                                || p.seqlen_k < M_MAJOR_RUNS_MIN_KEYS =>
+                            {
+                                Some(false)
+                            }
+                            None => None,
+                        },
                     }
                     .best(fa4)
                 } else {

@@ -345,7 +345,9 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
     # captures on a stream of its own: an unsplit call captured without one ran without its
     # split tail (unmasked, Sq 768 over 8k: 0.19 against 0.155 ms).
     ws, ws_bytes = None, 0
-    if num_splits != 1 or torch.cuda.is_current_stream_capturing():
+    with torch.cuda.device(dev):
+        capturing = torch.cuda.is_current_stream_capturing()
+    if num_splits != 1 or capturing:
         need = ctypes.c_uint64(0)
         _check(_lib.fa4gen_workspace_bytes(handle, ctypes.byref(p), ctypes.byref(need)))
         if need.value:

@@ -605,10 +605,10 @@ SPLIT_SWEEP_SHAPES = [  # (B, Sq, Sk, H, Hkv, d, causal): calls the split heuris
     (1, 768, 16384, 32, 8, 128, True),       # 2 (192 tiles)
     (1, 640, 32768, 32, 8, 128, True),       # 4 (160 tiles)
     (1, 1024, 16384, 32, 8, 128, True),      # 1 (256 tiles)
-    (1, 768, 8192, 32, 8, 128, False),       # 2 (unmasked, packed)
-    (1, 3072, 3072, 4, 1, 128, True),        # 3 (FA4 1)
+    (1, 768, 8192, 32, 8, 128, False),       # 1 (unmasked, unpacked: the split tail)
+    (1, 3072, 3072, 4, 1, 128, True),        # 1 (FA4's)
     (1, 6144, 6144, 2, 1, 128, True),        # 3
-    (1, 1536, 1536, 4, 4, 256, True),        # 3 (FA4 2)
+    (1, 1536, 1536, 4, 4, 256, True),        # 3 (FA4 2; 2-4 tie)
 ]
 
 
