@@ -355,6 +355,49 @@ mod tests {
         assert!(missed.is_empty(), "{missed:#?}");
     }
 
+    /// An engine's chunk (`bench_serving.py engine-chunks`): one sequence through varlen,
+    /// packed queries, K/V in pages of 16 with `seqused_k`, causal (gpt-oss: sinks).
+    #[test]
+    fn engine_chunks_take_the_best_counts_by_hand() {
+        // (Sq, Sk, H, Hkv, d, sinks) of a chunk, and its best counts by hand
+        type Chunk = ((usize, usize, usize, usize, usize, bool), &'static [u32]);
+        let cases: [Chunk; 6] = [
+            ((256, 8192, 64, 8, 64, true), &[3]),
+            ((256, 16384, 64, 8, 64, true), &[3]),
+            ((512, 16384, 64, 8, 64, true), &[3]),
+            ((1000, 4133, 64, 8, 64, true), &[1]), // 336 tiles: FA4's count
+            ((768, 16384, 32, 8, 128, false), &[2, 4]),
+            ((640, 32768, 32, 8, 128, false), &[3, 4]),
+        ];
+        for ((sq, sk, h, hkv, d, sinks), best) in cases {
+            let mut p = Problem::new(DType::Bf16, 1, sq, sk, h, hkv, d, d);
+            p.causal = true;
+            p.sinks = sinks;
+            p.num_splits = 0;
+            p.varlen = Some(crate::runtime::Varlen {
+                total_q: Some(sq),
+                seqused_k: true,
+                ..Default::default()
+            });
+            let pages = sk.div_ceil(16) + 1;
+            p.paged = Some(crate::runtime::Paged {
+                page_size: 16,
+                num_pages: pages,
+                pages_per_seq: pages,
+                page_table_stride: pages,
+            });
+            p.k_strides = crate::runtime::Strides::contiguous(16, hkv, d);
+            p.v_strides = p.k_strides;
+            let v = p.validate().expect("a valid call");
+            let s = select(&p, &v, &H200).expect("a kernel");
+            assert!(
+                best.contains(&s.num_splits),
+                "Sq {sq} Sk {sk} d {d}: {}",
+                s.num_splits
+            );
+        }
+    }
+
     fn call(
         sq: usize,
         sk: usize,
