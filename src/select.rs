@@ -229,6 +229,18 @@ pub const FILL_MIN_KEYS: usize = 4096;
 /// ran on the fill tile).
 pub const FLAGSHIP_SPLIT_MIN_BLOCKS: usize = 16;
 
+/// Whether causal runs go Q block major (`Selection::m_major_runs`) as far as the call says:
+/// as `Problem::m_major_runs` forces; not beside a forced host order nor under
+/// `M_MAJOR_RUNS_MIN_KEYS` keys; else `None`, where the grid decides (the run of every
+/// (head, batch) fits in one round).
+fn m_major_runs_by_keys(p: &Problem) -> Option<bool> {
+    match p.m_major_runs {
+        Some(forced) => Some(forced),
+        None if p.lpt_rounds == Some(true) || p.seqlen_k < M_MAJOR_RUNS_MIN_KEYS => Some(false),
+        None => None,
+    }
+}
+
 /// Whether the split tail may even out `spec`'s unsplit call: where the kernel has it, as
 /// `Problem::split_tail` forces, else from `SPLIT_TAIL_MIN_KEYS` keys at d >= 128 (and then
 /// where `split_tail_pays` for the launch's grid).
@@ -548,16 +560,7 @@ pub fn select_with(
                         dv: spec.dv as usize,
                         slots: slots as usize,
                         q_run: spec.wgmma_q_run(),
-                        // (`m_major_runs` below, before the grid's part.)
-                        m_major: match p.m_major_runs {
-                            Some(forced) => Some(forced),
-                            None if p.lpt_rounds == Some(true)
-                                || p.seqlen_k < M_MAJOR_RUNS_MIN_KEYS =>
-                            {
-                                Some(false)
-                            }
-                            None => None,
-                        },
+                        m_major: m_major_runs_by_keys(p),
                     }
                     .best(fa4)
                 } else {
@@ -694,11 +697,8 @@ pub fn select_with(
     };
     // (A forced host order takes the place of the default Q block major runs.)
     let m_major_runs = run > 0
-        && p.m_major_runs.unwrap_or(
-            p.lpt_rounds != Some(true)
-                && p.seqlen_k >= M_MAJOR_RUNS_MIN_KEYS
-                && heads * p.batch * run.min(m_blocks) <= grid.0 as usize,
-        );
+        && m_major_runs_by_keys(p)
+            .unwrap_or(heads * p.batch * run.min(m_blocks) <= grid.0 as usize);
     let lpt_rounds = run > 0
         && !m_major_runs
         && p.varlen.is_none()
