@@ -313,7 +313,10 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
             } else {
                 ps
             };
-            let pps = max_sk.div_ceil(ps).max(1);
+            // A table wider than the longest sequence needs (an engine's, as wide as the
+            // model's longest context) on every other case, Sk then the longest sequence's.
+            let wide = c.seqs.len() % 2 == 1;
+            let pps = max_sk.div_ceil(ps).max(1) + if wide { 7 } else { 0 };
             let num_pages = b * pps + 3; // spare pages
             let mut perm: Vec<usize> = (0..num_pages).collect();
             perm.shuffle(rng);
@@ -333,7 +336,7 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
                         .copy_from_slice(&data[s].v[j * hkv * dv..][..hkv * dv]);
                 }
             }
-            problem.seqlen_k = pps * ps;
+            problem.seqlen_k = if wide { max_sk } else { pps * ps };
             problem.paged = Some(Paged {
                 page_size: ps,
                 num_pages,

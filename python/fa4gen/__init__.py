@@ -290,6 +290,11 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
             raise ValueError(f"page_table must be on {dev} with a contiguous last dim")
         num_pages, page_size = k.shape[0], k.shape[1]
         sk = page_table.shape[1] * page_size
+        # With seqused_k the kernels read each sequence's length on the device (the maps span
+        # pages, not Sk), so a caller's max_seqlen_k can stand for Sk, as FA4's heuristics
+        # use it: engines pass block tables as wide as the longest context the model takes.
+        if seqused_k is not None and max_seqlen_k is not None and 0 < int(max_seqlen_k) < sk:
+            sk = int(max_seqlen_k)
     elif k_packed:
         if max_seqlen_k is None:
             max_seqlen_k = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item()) if b > 0 else 0
