@@ -16,8 +16,9 @@
  * without seqused_k every sequence has seqlen_k keys. Sinks: fp32 (H) logits in the softmax
  * denominator. softcap > 0: scores c * tanh(scale * qk / c). num_splits: 1 unsplit, > 1 exactly
  * that many K ranges (<= 256), < 1 FA4's heuristic; split calls (and long unmasked calls on sm90,
- * whose last round of tiles is split) use a scratch workspace (see fa4gen_workspace_bytes) that
- * the handle keeps per stream unless the caller passes one.
+ * whose last round of tiles is split, and varlen batches on sm90, whose tiles a list on the
+ * device orders) use a scratch workspace (see fa4gen_workspace_bytes) that the handle keeps per
+ * stream unless the caller passes one.
  *
  * Every call validates its arguments completely before launching anything; a failed call
  * launches nothing and leaves a message for fa4gen_last_error(). No call ever unwinds or aborts
@@ -110,6 +111,12 @@ fa4gen_status fa4gen_enable_jit(fa4gen_handle* h, const char* cache_dir);
  * it (griddepcontrol.wait) before touching global memory. 0: every forward in stream order. */
 fa4gen_status fa4gen_set_programmatic_launch(const fa4gen_handle* h, int32_t on);
 
+/* Deal varlen batches of more than one sequence by a list of their real (sequence, Q block)
+ * tiles, heaviest first, made on the device by a one-CTA kernel launched just before the
+ * forward (on != 0, the default; it takes a workspace slot: fa4gen_workspace_bytes counts it),
+ * or by the padded schedule, every sequence as the longest (0). Same results; 0 is for measuring. */
+fa4gen_status fa4gen_set_varlen_schedule(const fa4gen_handle* h, int32_t on);
+
 /* Which kernel reduces split-KV partials (splitting forwards and fa4gen_combine): 0 by shape
  * (the default: a group of lanes per row where its round trips over the splits are no more
  * than a CTA per row's waves), 1 one CTA per (query, head) row, 2 a group of lanes per row.
@@ -151,9 +158,11 @@ fa4gen_status fa4gen_combine(const fa4gen_handle* h, const fa4gen_problem* p, ui
                              const fa4gen_seq_ptrs* extra, void* stream);
 
 /* Bytes of workspace fa4gen_forward_ext needs for p: split-KV's partials, or the sm90 flagship's
- * split tail (counters and tile parts; long unmasked calls, see Problem::split_tail); 0 when
- * neither applies. Without a workspace passed, the handle's own serves; during graph capture a
- * split-tail call that finds none runs unsplit instead of failing. */
+ * split tail (counters and tile parts; long unmasked calls, see Problem::split_tail); then, for a
+ * varlen batch of more than one sequence on sm90, the list of its tiles (8 bytes per sequence and
+ * Q block of the longest, see fa4gen_set_varlen_schedule); 0 when none applies. Without a
+ * workspace passed, the handle's own serves; during graph capture a split-tail or varlen call
+ * that finds none runs unsplit or on the padded schedule instead of failing. */
 fa4gen_status fa4gen_workspace_bytes(const fa4gen_handle* h, const fa4gen_problem* p, uint64_t* out);
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on a GPU host that has no cargo, from the repository root, after `cargo xtask stage` on a
 # build machine and with .stage/ copied over (the device tool: carry [".stage"]).
-#   scripts/gpu-check.sh [test] [sass] [sanitize] [sanitize-order] [sanitize-features] [order-traffic] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance] [window-floor]
+#   scripts/gpu-check.sh [test] [sass] [sanitize] [sanitize-order] [sanitize-features] [sanitize-varlen] [order-traffic] [bench] [rounds] [tiles] [capi] [dropin] [dropin-bench] [serving] [decode-profile] [profile] [balance] [window-floor]
 #   (default: test sass sanitize bench capi dropin dropin-bench)
 # Writes logs to $OUT (default /tmp/fa4gen-out) and prints a summary last.
 set -uo pipefail
@@ -78,6 +78,16 @@ for step in $steps; do
       FA4GEN_CASE_STRIDE=${STRIDE:-9} compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/gpu_features --test-threads=1 --nocapture > "$OUT/sanitize-features-$tool.log" 2>&1
       rc=$?
       echo "compute-sanitizer $tool gpu_features (every ${STRIDE:-9}th case): rc=$rc $(grep -E 'passed,|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-features-$tool.log" | tr '\n' ' ')"
+      [ $rc = 0 ] || status=1
+    done
+    ;;
+  sanitize-varlen)
+    # The varlen schedule kernel and the listed forwards (every case of flagship_varlen_schedule)
+    # under memcheck, racecheck and synccheck.
+    for tool in memcheck racecheck synccheck; do
+      FA4GEN_CASE_STRIDE=1 compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/gpu_features flagship_varlen_schedule --test-threads=1 --nocapture > "$OUT/sanitize-varlen-$tool.log" 2>&1
+      rc=$?
+      echo "compute-sanitizer $tool flagship_varlen_schedule: rc=$rc $(grep -E 'passed,|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-varlen-$tool.log" | tr '\n' ' ')"
       [ $rc = 0 ] || status=1
     done
     ;;

@@ -214,6 +214,7 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
         split_tail: None,
         m_major_runs: None,
         lpt_rounds: None,
+        varlen_schedule: None,
         tile_mn: match (c.tile_m, c.tile_n) {
             (0, 0) => None,
             (m, n) if m > 0 && n > 0 => Some((m as u32, n as u32)),
@@ -358,6 +359,20 @@ pub unsafe extern "C" fn fa4gen_open(
 pub unsafe extern "C" fn fa4gen_set_programmatic_launch(h: *const Handle, on: i32) -> Status {
     guard(|| {
         handle_ref(h)?.fa.set_programmatic_launch(on != 0);
+        Ok(())
+    })
+}
+
+/// Deal varlen batches of more than one sequence by the device's list of their units, heaviest
+/// first (non-zero, the default), or by the padded schedule (0): `FlashAttention::
+/// set_varlen_schedule`.
+///
+/// # Safety
+/// `h` null or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_set_varlen_schedule(h: *const Handle, on: i32) -> Status {
+    guard(|| {
+        handle_ref(h)?.fa.set_varlen_schedule(on != 0);
         Ok(())
     })
 }
@@ -746,6 +761,10 @@ mod tests {
             );
             assert_eq!(
                 fa4gen_set_programmatic_launch(std::ptr::null(), 0),
+                Status::InvalidArgument
+            );
+            assert_eq!(
+                fa4gen_set_varlen_schedule(std::ptr::null(), 0),
                 Status::InvalidArgument
             );
             assert_eq!(

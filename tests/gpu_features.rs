@@ -117,6 +117,8 @@ struct Case {
     fill: Option<bool>,
     /// The split's combine kernel (`FlashAttention::set_combine_kernel`).
     combine: CombineKernel,
+    /// `Problem::varlen_schedule`: the device's list of units forced off (else selection's rule).
+    schedule: Option<bool>,
 }
 
 impl Case {
@@ -141,6 +143,7 @@ impl Case {
             tile: None,
             fill: None,
             combine: CombineKernel::Auto,
+            schedule: None,
         }
     }
 
@@ -187,7 +190,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?} combine={:?}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?} combine={:?} schedule={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -205,7 +208,8 @@ impl Case {
             self.pairs,
             self.tile,
             self.fill,
-            self.combine
+            self.combine,
+            self.schedule
         )
     }
 }
@@ -364,6 +368,7 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
     problem.cta_pairs = c.pairs;
     problem.tile_mn = c.tile;
     problem.fill_tile = c.fill;
+    problem.varlen_schedule = c.schedule;
     let sinks = c.sinks.then(|| {
         (0..h)
             .map(|_| 2.0 * rng.sample::<f32, _>(StandardNormal))
@@ -1594,6 +1599,92 @@ fn varlen_pairs_select_pairs() {
             "{}: {}",
             c.name(),
             sel.spec.stem()
+        );
+    }
+}
+
+/// Mixed batches as an engine's step calls them (a prefill chunk beside decodes, chunks of
+/// several lengths, decodes over keys of many lengths, empty sequences), dealt by the device's
+/// list of units (`Selection::varlen_schedule`) and, every fourth case, by the padded schedule:
+/// packed or batched queries, packed, batched or paged K/V, causal, windows and none, sinks,
+/// split-KV, GQA packed and not, and more sequences than the schedule kernel's warps.
+fn varlen_schedule_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(35);
+    let mut cases = Vec::new();
+    let batches: Vec<Vec<(usize, usize)>> = vec![
+        // A chunk beside decodes (keys past the chunk's on some).
+        std::iter::once((300, 1400))
+            .chain((0..9).map(|i| (1, 40 + 157 * i)))
+            .collect(),
+        // Chunks of several lengths, one empty, one without keys.
+        vec![
+            (129, 700),
+            (0, 300),
+            (513, 513),
+            (64, 2000),
+            (7, 0),
+            (200, 1111),
+        ],
+        // Decodes over keys of many lengths beside a short chunk (a paged engine's step; with
+        // decodes alone a decode tile, not the flagship, serves the call).
+        std::iter::once((97, 2500))
+            .chain((0..39).map(|i| (1, 1 + (i * 977) % 3000)))
+            .collect(),
+        // Many short sequences: more than 32 warps' worth.
+        (0..70)
+            .map(|i| (1 + (i * 37) % 90, 1 + (i * 53) % 400))
+            .collect(),
+    ];
+    let layouts = [
+        (true, KLayout::Packed),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Batched),
+        (true, KLayout::Paged(128)),
+    ];
+    let mut i = 0usize;
+    for seqs in &batches {
+        for (d, dv, g) in [(64, 64, 4), (128, 128, 2), (192, 128, 1)] {
+            let layout = layouts[i % layouts.len()];
+            let mut c = Case::flagship_layout(seqs.clone(), i, (d, dv), g, layout);
+            c.mask_by_index(i, &mut rng, 300, 40);
+            c.sinks = i % 4 == 1;
+            c.pack_gqa = (g > 1).then_some(i.is_multiple_of(2));
+            // (The flagship's split takes no window.)
+            c.num_splits = if i % 4 != 2 && i % 4 != 1 && c.window == (None, None) {
+                3
+            } else {
+                1
+            };
+            c.schedule = (i % 4 == 2).then_some(false);
+            cases.push(c);
+            i += 1;
+        }
+    }
+    cases
+}
+
+#[test]
+fn flagship_varlen_schedule() {
+    run_all("flagship_varlen_schedule", &varlen_schedule_cases());
+}
+
+/// On the CPU: the varlen schedule cases run the flagship, by the list unless forced off.
+#[test]
+fn varlen_schedule_cases_select_the_list() {
+    let mut r = StdRng::seed_from_u64(0);
+    for c in &varlen_schedule_cases() {
+        let sel = h200_selection(c, &mut r);
+        assert!(
+            sel.spec.imp == fa4gen::spec::Impl::Wgmma
+                && sel.spec.feat.varlen
+                && sel.varlen_schedule == c.schedule.is_none()
+                && (sel.schedule_units > 0) == c.schedule.is_none()
+                && !sel.pairs,
+            "{}: {} listed={} units={}",
+            c.name(),
+            sel.spec.stem(),
+            sel.varlen_schedule,
+            sel.schedule_units
         );
     }
 }

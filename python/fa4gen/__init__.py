@@ -19,7 +19,7 @@ import threading
 
 import torch
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_combine", "kernel_name", "set_programmatic_launch",
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_combine", "kernel_name", "set_programmatic_launch", "set_varlen_schedule",
            "FA4GenError"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -108,6 +108,9 @@ def _load():
         lib.fa4gen_enable_jit.restype = ctypes.c_int
         lib.fa4gen_set_programmatic_launch.argtypes = [ctypes.c_void_p, ctypes.c_int32]
         lib.fa4gen_set_programmatic_launch.restype = ctypes.c_int
+        if hasattr(lib, "fa4gen_set_varlen_schedule"):
+            lib.fa4gen_set_varlen_schedule.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+            lib.fa4gen_set_varlen_schedule.restype = ctypes.c_int
         if hasattr(lib, "fa4gen_set_combine_kernel"):
             lib.fa4gen_set_combine_kernel.argtypes = [ctypes.c_void_p, ctypes.c_int32]
             lib.fa4gen_set_combine_kernel.restype = ctypes.c_int
@@ -157,6 +160,9 @@ def _handle(device):
             if os.environ.get("FA4GEN_PDL") == "0":
                 # Forwards in plain stream order, not as programmatic dependents (the default).
                 _check(lib.fa4gen_set_programmatic_launch(out, 0))
+            if os.environ.get("FA4GEN_VARLEN_SCHEDULE") == "0" and hasattr(lib, "fa4gen_set_varlen_schedule"):
+                # Varlen batches on the padded schedule (measuring), not the device's list.
+                _check(lib.fa4gen_set_varlen_schedule(out, 0))
             combine = os.environ.get("FA4GEN_COMBINE")
             if combine and hasattr(lib, "fa4gen_set_combine_kernel"):
                 # Force one split-KV combine kernel (measuring): "row" (a CTA per row), "rows".
@@ -553,6 +559,16 @@ def set_combine_kernel(kernel, device=None):
     if not hasattr(_lib, "fa4gen_set_combine_kernel"):
         raise FA4GenError(LIBRARY, "this libfa4gen predates fa4gen_set_combine_kernel: rebuild it")
     _check(_lib.fa4gen_set_combine_kernel(h, _COMBINE_KERNELS[kernel]))
+
+
+def set_varlen_schedule(on, device=None):
+    """Deal varlen batches of more than one sequence by the device's list of their tiles,
+    heaviest first (on, the default; `FA4GEN_VARLEN_SCHEDULE=0` starts a process off), or by the
+    padded schedule, every sequence as the longest (off), on `device` (default: the current
+    one). The results are the same; off is for measuring."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    h = _handle(dev)  # (loads the library first)
+    _check(_lib.fa4gen_set_varlen_schedule(h, 1 if on else 0))
 
 
 def set_programmatic_launch(on, device=None):

@@ -26,6 +26,9 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   few-tiles  prefill (Sq = Sk 512..4k) on a few heads (tensor-parallel shards): unsplit, the heuristic, 2, 4
   engine-chunks  one sequence's chunk through flash_attn_varlen_func over pages of 16 (gpt-oss, Llama-like):
              unsplit, the heuristic, counts by hand
+  mixed-batches  an engine's step in one varlen call (a chunk beside decodes, several chunks, decodes)
+             over pages of 16 behind full-width block tables: the heuristic with and without
+             max_seqlen_k, counts by hand
   split-sweep  the split count by hand (1-8) beside the heuristic's, on calls it splits or nearly
   combine    the split-KV combine's two kernels and the runtime's choice, in turns: forwards that split
              (chunked and short prefill, decode) and flash_attn_combine alone
@@ -674,6 +677,79 @@ def engine_chunks():
         torch.cuda.empty_cache()
 
 
+MIXED_BATCHES = [  # (name, H, Hkv, d, sinks, K layout, [(Sq, Sk) per sequence]): an engine's step in one call
+    ("gpt-oss chunk 256/8k + 15 decodes", 64, 8, 64, True, "paged16", [(256, 8192)] + [(1, 1024 + 457 * i) for i in range(15)]),
+    ("gpt-oss chunk 1024/2k + 63 decodes", 64, 8, 64, True, "paged16", [(1024, 2048)] + [(1, 500 + 57 * i) for i in range(63)]),
+    ("llama chunk 512/16k + 7 decodes", 32, 8, 128, False, "paged16", [(512, 16384)] + [(1, 4096 + 1733 * i) for i in range(7)]),
+    ("llama 4 chunks of 128 over 4k-32k", 32, 8, 128, False, "paged16", [(128, 4096), (128, 9000), (128, 17000), (128, 32768)]),
+    ("llama 32 decodes over 1k-32k", 32, 8, 128, False, "paged16", [(1, 1024 + 1000 * i) for i in range(32)]),
+    ("llama 16 prefills of 64..4k (#5's varlen)", 32, 8, 128, False, "packed", None),
+    ("d128 H16 2 x 16k (CTA pairs' case)", 16, 16, 128, False, "packed", [(16384, 16384)] * 2),
+]
+MAX_CONTEXT = 131072  # the block table's width, as an engine sizes it: the model's longest context
+# (label, the device's list on, num_splits): the list against the padded schedule, by hand counts on the list.
+MIXED_VARIANTS = (("list", True, 0), ("padded", False, 0), ("list_1", True, 1), ("padded_1", False, 1),
+                  ("list_2", True, 2), ("list_3", True, 3), ("list_4", True, 4))
+
+
+def mixed_batches():
+    """An engine's step as one varlen call: sequences of mixed lengths (a prefill chunk beside
+    decodes, chunks, prefills), packed queries, causal; K/V in shuffled pages of 16 behind block
+    tables as wide as the model's longest context (seqused_k, max_seqlen_k given) or packed
+    (cu_seqlens_k). Tiles dealt by the device's list of units (the default) against the padded
+    schedule (`set_varlen_schedule(False)`: every sequence as the longest, CTA pairs where the
+    rule takes them), the heuristic's split count and counts by hand, two rounds, the second
+    reversed; each variant's max difference from the padded unsplit output."""
+    for name, h, hkv, d, sinks, layout, seqs in MIXED_BATCHES:
+        if seqs is None:
+            rng = random.Random(5)
+            seqs = [(n, n) for n in (rng.randint(64, 4096) for _ in range(16))]
+        page = 16
+        b = len(seqs)
+        total_q = sum(sq for sq, _ in seqs)
+        max_sq, max_sk = max(sq for sq, _ in seqs), max(sk for _, sk in seqs)
+        q = torch.randn(total_q, h, d, device=DEV, dtype=BF)
+        cu_q = torch.tensor([0] + [sum(sq for sq, _ in seqs[:i + 1]) for i in range(b)], device=DEV, dtype=torch.int32)
+        kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=max_sq, max_seqlen_k=max_sk, causal=True,
+                  learnable_sink=torch.randn(h, device=DEV, dtype=torch.float32) if sinks else None)
+        if layout == "paged16":
+            need = [-(-sk // page) for _, sk in seqs]
+            pool = sum(need) + 7
+            perm = torch.randperm(pool, device=DEV).to(torch.int32)
+            table = torch.zeros(b, MAX_CONTEXT // page, device=DEV, dtype=torch.int32)
+            at = 0
+            for i, n in enumerate(need):
+                table[i, :n] = perm[at:at + n]
+                at += n
+            k = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
+            v = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
+            kw.update(page_table=table, seqused_k=torch.tensor([sk for _, sk in seqs], device=DEV, dtype=torch.int32))
+        else:
+            total_k = sum(sk for _, sk in seqs)
+            k = torch.randn(total_k, hkv, d, device=DEV, dtype=BF)
+            v = torch.randn(total_k, hkv, d, device=DEV, dtype=BF)
+            kw.update(cu_seqlens_k=torch.tensor([0] + [sum(sk for _, sk in seqs[:i + 1]) for i in range(b)],
+                                                device=DEV, dtype=torch.int32))
+        row = dict(bench="mixed-batches", name=name, b=b, total_q=total_q, max_sq=max_sq, max_sk=max_sk,
+                   h=h, hkv=hkv, d=d, sinks=sinks, layout=layout)
+
+        def call(splits):
+            return fa4gen.flash_attn_varlen_func(q, k, v, num_splits=splits, **kw)[0]
+        fa4gen.set_varlen_schedule(False)
+        ref = call(1).float()
+        for label, listed, splits in MIXED_VARIANTS:
+            fa4gen.set_varlen_schedule(listed)
+            row[f"maxdiff_{label}"] = (call(splits).float() - ref).abs().max().item()
+        for rnd, order in (("", MIXED_VARIANTS), ("_again", MIXED_VARIANTS[::-1])):
+            for label, listed, splits in order:
+                fa4gen.set_varlen_schedule(listed)  # (selection, so the graph, takes it at capture)
+                row[f"ms_{label}{rnd}"] = round(graph_time_ms(lambda i: call(splits), 1), 4)
+        fa4gen.set_varlen_schedule(True)
+        emit(**row)
+        del q, k, v, kw
+        torch.cuda.empty_cache()
+
+
 COMBINE_FORWARDS = [  # (B, Sq, Sk, H, Hkv, d, causal, num_splits): forwards that split
     (1, 128, 8192, 32, 8, 128, True, 0),     # chunked prefill, the heuristic (4 splits)
     (1, 128, 32768, 32, 8, 128, True, 0),
@@ -803,7 +879,7 @@ def warm_up_clocks(seconds=1.0):
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
             "chunked-paged": chunked_paged, "few-tiles": few_tiles, "combine": combine,
-            "split-sweep": split_sweep, "engine-chunks": engine_chunks}
+            "split-sweep": split_sweep, "engine-chunks": engine_chunks, "mixed-batches": mixed_batches}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ fn tail_workspace(spec: &KernelSpec, grid: u32) -> (usize, usize) {
     )
 }
 
+/// Threads of the varlen schedule kernel (`fwd_sm90.cu` `kScheduleThreads`).
+const SCHEDULE_THREADS: u32 = 1024;
+
 /// A split module's two combine kernels (`runtime/combine.rs`).
 struct CombineFns {
     /// `_combine`: one CTA per (query, head) row.
@@ -57,6 +60,9 @@ struct Loaded {
     func: CudaFunction,
     /// The split-KV combine kernels of the same module (split specs only).
     combine: Option<CombineFns>,
+    /// The varlen schedule kernel of the same module (wgmma varlen specs; `None` in a cubin
+    /// built before it, whose forward then deals the padded schedule).
+    schedule: Option<CudaFunction>,
     threads: u32,
     smem_bytes: u32,
     /// Pairs of CTAs the device holds at once (0: never launched in pairs).
@@ -95,12 +101,36 @@ fn stream_is_capturing(stream: sys::CUstream) -> Result<bool, Error> {
 }
 
 /// Scratch bytes the selected kernel needs: split-KV's partials, or the split tail's (sized
-/// for the grid before the pairs' clamp, which only shrinks it).
+/// for the grid before the pairs' clamp, which only shrinks it); then, 256-byte aligned at
+/// [`schedule_list_offset`], the varlen schedule's list.
 fn workspace_need(p: &Problem, sel: &Selection) -> usize {
+    match schedule_list_bytes(sel) {
+        0 => own_scratch(p, sel),
+        list => schedule_list_offset(p, sel) + list,
+    }
+}
+
+/// The forward's own scratch: split-KV's partials, or the split tail's.
+fn own_scratch(p: &Problem, sel: &Selection) -> usize {
     if sel.num_splits > 1 {
         split_workspace(p, sel.num_splits).0
     } else if sel.split_tail {
         tail_workspace(&sel.spec, sel.grid.0).1
+    } else {
+        0
+    }
+}
+
+/// Where the varlen schedule's list starts in the workspace: after the kernel's own scratch.
+fn schedule_list_offset(p: &Problem, sel: &Selection) -> usize {
+    own_scratch(p, sel).next_multiple_of(256)
+}
+
+/// The varlen schedule's list (`fwd_sm90.cu` `_schedule`): an int2 count, then an int2
+/// (sequence, Q block) per unit; 0 bytes where selection deals the padded schedule.
+fn schedule_list_bytes(sel: &Selection) -> usize {
+    if sel.varlen_schedule {
+        8 * (1 + sel.schedule_units)
     } else {
         0
     }
@@ -125,6 +155,9 @@ pub struct FlashAttention {
     /// Forwards launched as the previous kernel's programmatic dependents (on by default; see
     /// [`set_programmatic_launch`](Self::set_programmatic_launch)).
     programmatic: AtomicBool,
+    /// Varlen batches dealt by the device's list of their units (on by default; see
+    /// [`set_varlen_schedule`](Self::set_varlen_schedule)).
+    varlen_schedule: AtomicBool,
     /// [`CombineKernel`] as its `to_u8` (see [`set_combine_kernel`](Self::set_combine_kernel)).
     combine_kernel: AtomicU8,
     #[cfg(feature = "jit")]
@@ -209,6 +242,7 @@ impl FlashAttention {
             workspaces: Mutex::new(HashMap::new()),
             orders: Mutex::new(Orders::default()),
             programmatic: AtomicBool::new(true),
+            varlen_schedule: AtomicBool::new(true),
             combine_kernel: AtomicU8::new(CombineKernel::Auto.to_u8()),
             #[cfg(feature = "jit")]
             jit: None,
@@ -225,6 +259,15 @@ impl FlashAttention {
     /// follows its split kernel programmatically).
     pub fn set_programmatic_launch(&self, on: bool) {
         self.programmatic.store(on, Ordering::Relaxed);
+    }
+
+    /// Deal a varlen batch of more than one sequence on the sm90 flagship by the list of its
+    /// real (sequence, Q block) units, heaviest first, that a one-CTA kernel makes on the
+    /// device just before the forward (`Selection::varlen_schedule`, the default), or by the
+    /// padded schedule, every sequence as the longest (off; CTA pairs may then run). The
+    /// results are the same either way; off is for measuring.
+    pub fn set_varlen_schedule(&self, on: bool) {
+        self.varlen_schedule.store(on, Ordering::Relaxed);
     }
 
     /// Which combine kernel reduces split-KV partials (forwards that split, and
@@ -297,6 +340,20 @@ impl FlashAttention {
 
     /// Validate a problem and select its kernel (no GPU work).
     pub fn plan(&self, problem: &Problem) -> Result<(Validated, Selection), Error> {
+        // The handle's switch off: the padded schedule, unless the problem asks itself.
+        let padded;
+        let problem = if problem.varlen.is_some()
+            && problem.varlen_schedule.is_none()
+            && !self.varlen_schedule.load(Ordering::Relaxed)
+        {
+            padded = Problem {
+                varlen_schedule: Some(false),
+                ..problem.clone()
+            };
+            &padded
+        } else {
+            problem
+        };
         let v = problem.validate()?;
         let s = select::select(problem, &v, &self.device)?;
         // A kernel the library does not ship (a decode tile: the default plan is
@@ -404,9 +461,13 @@ impl FlashAttention {
         } else {
             0
         };
+        let schedule = (spec.imp == Impl::Wgmma && spec.feat.varlen)
+            .then(|| module.load_function(&format!("{symbol}_schedule")).ok())
+            .flatten();
         let k = Arc::new(Loaded {
             func,
             combine,
+            schedule,
             threads,
             smem_bytes,
             max_pairs,
@@ -416,8 +477,9 @@ impl FlashAttention {
     }
 
     /// Bytes of scratch a problem needs (0 when selection neither splits K nor the schedule's
-    /// tail): split-KV's fp32 partial O `(splits, total_q, H, Dv)` then partial LSE `(splits,
-    /// <the LSE's layout>)`; the split tail's counters and tile parts.
+    /// tail nor lists varlen tiles): split-KV's fp32 partial O `(splits, total_q, H, Dv)` then
+    /// partial LSE `(splits, <the LSE's layout>)`; the split tail's counters and tile parts;
+    /// then (256-byte aligned) the varlen schedule's list, an int2 per unit and one more.
     pub fn workspace_bytes(&self, problem: &Problem) -> Result<usize, Error> {
         let (_, sel) = self.plan(problem)?;
         Ok(workspace_need(problem, &sel))
@@ -629,6 +691,43 @@ impl FlashAttention {
             }
         }
         params.m_major_runs = i32::from(sel.m_major_runs);
+        if let (true, Some(schedule)) = (sel.varlen_schedule, &kernel.schedule) {
+            // The list in the workspace (the caller's, else the handle's; none while a capture
+            // cannot grow the handle's: the forward then deals the padded schedule).
+            let ws = if ptrs.workspace != 0 {
+                Some(ptrs.workspace)
+            } else {
+                self.workspace_for(stream, ws_bytes)?
+            };
+            if let Some(ws) = ws {
+                let list = ws + schedule_list_offset(problem, &sel) as u64;
+                let mut list_arg = list;
+                let mut args = [
+                    &params as *const FwdParams as *mut c_void,
+                    &mut list_arg as *mut u64 as *mut c_void,
+                ];
+                // SAFETY: the schedule kernel of a verified varlen module: an fa4::FwdParams (its
+                // unit_order still null) and the list, which the workspace holds
+                // (schedule_list_bytes: batch x the longest sequence's Q blocks, the most the
+                // kernel lists). It runs in stream order after the previous kernel, so the
+                // sequence arrays it reads are written; the forward waits for it.
+                unsafe {
+                    super::launch::launch(
+                        schedule.cu_function(),
+                        (1, 1, 1),
+                        SCHEDULE_THREADS,
+                        0,
+                        stream,
+                        LaunchMode {
+                            cluster: 1,
+                            programmatic: false,
+                        },
+                        &mut args,
+                    )?;
+                }
+                params.unit_order = list;
+            }
+        }
         if sel.lpt_rounds {
             let runs = CausalRuns {
                 seqlen_q: problem.seqlen_q,
@@ -1056,4 +1155,57 @@ pub struct SeqBuffers<'a> {
     pub seqused_k: Option<&'a CudaSlice<i32>>,
     pub page_table: Option<&'a CudaSlice<i32>>,
     pub sinks: Option<&'a CudaSlice<f32>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::Varlen;
+    use crate::spec::DType;
+
+    const H200: DeviceInfo = DeviceInfo {
+        major: 9,
+        minor: 0,
+        sm_count: 132,
+    };
+
+    fn need(p: &Problem) -> (Selection, usize, usize) {
+        let v = p.validate().unwrap();
+        let s = select::select(p, &v, &H200).unwrap();
+        (s, schedule_list_offset(p, &s), workspace_need(p, &s))
+    }
+
+    #[test]
+    fn the_varlen_list_follows_the_kernels_own_scratch() {
+        // A chunk beside decodes: 8 sequences, the longest 512 queries, unsplit: the list
+        // alone, from offset 0.
+        let mut p = Problem::new(DType::Bf16, 8, 512, 16384, 32, 8, 128, 128);
+        p.causal = true;
+        p.varlen = Some(Varlen {
+            total_q: Some(519),
+            seqused_k: true,
+            ..Varlen::default()
+        });
+        p.num_splits = 1;
+        let (s, at, bytes) = need(&p);
+        assert!(s.varlen_schedule && s.num_splits == 1);
+        assert_eq!((at, bytes), (0, 8 * (1 + s.schedule_units)));
+        let rows: usize = 512 * if s.spec.pack_gqa { 4 } else { 1 };
+        assert_eq!(
+            s.schedule_units,
+            8 * rows.div_ceil(s.spec.block_m() as usize)
+        );
+        // Split 3 ways: the partials first, the list after them, 256-byte aligned.
+        p.num_splits = 3;
+        let (s, at, bytes) = need(&p);
+        assert!(s.varlen_schedule && s.num_splits == 3);
+        let partials = split_workspace(&p, 3).0;
+        assert_eq!(at, partials.next_multiple_of(256));
+        assert_eq!(bytes, at + 8 * (1 + s.schedule_units));
+        // The padded schedule: no list.
+        p.varlen_schedule = Some(false);
+        let (s, _, bytes) = need(&p);
+        assert!(!s.varlen_schedule && s.schedule_units == 0);
+        assert_eq!(bytes, partials);
+    }
 }

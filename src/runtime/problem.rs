@@ -124,6 +124,13 @@ pub struct Problem {
     /// `schedule::plan`); `Some(true)`: wherever the kernel runs dense causal runs (not with
     /// Q block major runs); `Some(false)`: never. For tuning and tests.
     pub lpt_rounds: Option<bool>,
+    /// Deal a varlen batch's tiles on the sm90 flagship by the device's list of its real
+    /// (sequence, Q block) units, heaviest first (`Selection::varlen_schedule`). `None`:
+    /// fa4gen's default (varlen batches of more than one sequence whose query lengths may
+    /// differ, instead of CTA pairs); `Some(true)`: every varlen batch of more than one
+    /// sequence not forced into pairs; `Some(false)`: the padded schedule (every sequence as the
+    /// longest). For tuning and tests.
+    pub varlen_schedule: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
     pub v_strides: Strides,
@@ -174,6 +181,7 @@ impl Problem {
             split_tail: None,
             m_major_runs: None,
             lpt_rounds: None,
+            varlen_schedule: None,
             q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),

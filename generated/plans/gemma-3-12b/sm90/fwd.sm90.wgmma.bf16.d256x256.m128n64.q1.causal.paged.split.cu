@@ -25,7 +25,8 @@
 // an equal share of its tile's K blocks and writing fp32 O and its LSE to the partials; the
 // canonical combine module, launched as this kernel's programmatic dependent, reduces them.
 // Varlen: Q/O rows at cu_seqlens_q offsets (one map over all rows), K/V at cu_seqlens_k
-// offsets, seqused_q/k lengths. Paged:
+// offsets, seqused_q/k lengths; with more than one sequence, tiles in the order fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_causal_paged_split_schedule lists
+// them (launched just before: the real (sequence, Q block) units, heaviest first). Paged:
 // K/V blocks as TMA boxes of gcd(page_size, 64) rows, each from its page (page sizes
 // that are multiples of 8), a box spanning every column (K/V stages in 8-row groups).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
@@ -245,6 +246,7 @@ struct Pick {
 };
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
+  int split_base;                     // the tiles of one split's copy of the schedule (count / splits)
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
@@ -263,6 +265,7 @@ struct Tiles {
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
         count(m_blocks * heads * p.batch * (kSplitKv ? p.num_splits : 1)),
+        split_base(m_blocks * heads * p.batch),
         group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
@@ -271,7 +274,11 @@ struct Tiles {
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
-        by_run(run) {}
+        by_run(run) {
+  }
+  // Whether tiles come from the schedule kernel's list (FwdParams::unit_order in a varlen
+  // kernel); read from the parameters each time, not held in a register across the loop.
+  FA4_DEVICE bool listed(const FwdParams& p) const { return kVarlen && p.unit_order != nullptr && pair == 1; }
   // The query of packed row r and its head within the group (r itself and 0 unpacked): shifts,
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
@@ -295,9 +302,8 @@ struct Tiles {
     int tile = pick.tile;
     // Split-KV: copy w.split of the schedule below (the split slowest).
     {
-      const int base = m_blocks * heads * p.batch;
-      w.split = tile / base;
-      tile -= w.split * base;
+      w.split = tile / split_base;
+      tile -= w.split * split_base;
     }
     // A host-dealt order (p.unit_order, Selection::lpt_rounds: each round's units, heaviest
     // first, to the CTAs of least work so far) permutes the schedule's units; each keeps its
@@ -306,15 +312,21 @@ struct Tiles {
       const int shift = pair - 1;  // pair: 1 or 2
       tile = (__ldg(p.unit_order + (tile >> shift)) << shift) | (tile & shift);
     }
-    // Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q blocks
-    // first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest (tile
-    // = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
-    // blocks, the lightest under a causal mask, in the masked order. No tile is empty, so
-    // the static schedule deals every CTA real work.
-    // Q block major (m_major): a run's schedule units heaviest first, (head, batch) fastest
-    // (unit = ((run index * run / pair + u) * by_fast.divisor + hb), tile = unit * pair +
-    // rank), so each round's costs fall monotonically and the snake deals them evenly; a
-    // pair's two tiles stay Q blocks 2k and 2k + 1 of one head.
+    int m_block;
+    m_block = place(tile, w);
+    return make(m_block, w, p);
+  }
+  // The padded schedule's tile `tile` (of one split's copy): its Q block, and its batch and
+  // head into w. Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q
+  // blocks first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest
+  // (tile = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
+  // blocks, the lightest under a causal mask, in the masked order. No tile is empty, so the
+  // static schedule deals every CTA real work (varlen: but a shorter sequence's).
+  // Q block major (m_major): a run's schedule units heaviest first, (head, batch) fastest
+  // (unit = ((run index * run / pair + u) * by_fast.divisor + hb), tile = unit * pair +
+  // rank), so each round's costs fall monotonically and the snake deals them evenly; a
+  // pair's two tiles stay Q blocks 2k and 2k + 1 of one head.
+  FA4_DEVICE int place(int tile, Tile& w) const {
     int slow, fast;  // tile = slow * by_fast.divisor + fast
     int m_lo = 0;
     const bool in_run = kGrouped && tile < run_tiles;
@@ -335,6 +347,11 @@ struct Tiles {
                         : kGrouped             ? run_rest - 1 - mb
                                                : m_blocks - 1 - mb;
     by_heads.divmod(hb, w.batch, w.head);
+    return m_block;
+  }
+  // The tile of Q block m_block of (w.batch, w.head), the split share w.split of its blocks
+  // (split-KV), and in the split tail the pick's part of them.
+  FA4_DEVICE Tile make(int m_block, Tile w, const FwdParams& p) const {
     if (kPackGqa) {
       w.head_kv = w.head;
       w.head *= group;  // the group's first head

@@ -23,7 +23,8 @@
 //       consumer.
 // Features: sink=false softcap=false varlen=true paged=false split=false
 // Varlen: Q/O rows at cu_seqlens_q offsets (one map over all rows), K/V at cu_seqlens_k
-// offsets, seqused_q/k lengths. Paged:
+// offsets, seqused_q/k lengths; with more than one sequence, tiles in the order fa4gen_fwd_sm90_wgmma_bf16_d128x128_m64n128_q1_causal_lse_packgqa_varlen_schedule lists
+// them (launched just before: the real (sequence, Q block) units, heaviest first). Paged:
 // K/V blocks as TMA boxes of gcd(page_size, 128) rows, each from its page (page sizes
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
@@ -244,6 +245,7 @@ struct Pick {
 };
 struct Tiles {
   int group, heads, m_blocks, count;  // group: rows per query (G packed, else 1); heads: of the tiles
+  int split_base;                     // the tiles of one split's copy of the schedule (count / splits)
   int group_shift;                    // log2(group): a packed G divides 64, so it is a power of 2
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
@@ -262,6 +264,7 @@ struct Tiles {
         heads(kPackGqa ? p.heads_kv : p.heads),
         m_blocks((p.seqlen_q * group + kTileM - 1) / kTileM),
         count(m_blocks * heads * p.batch * (kSplitKv ? p.num_splits : 1)),
+        split_base(m_blocks * heads * p.batch),
         group_shift(kPackGqa ? __ffs(p.group) - 1 : 0),
         run(kRun > 0 ? max(min(kRun, m_blocks), 1) : group),
         run_rest(m_blocks % run),
@@ -270,7 +273,17 @@ struct Tiles {
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
-        by_run(run) {}
+        by_run(run) {
+    // Varlen with the schedule kernel's list (the host launches it for batches of mixed query
+    // lengths, never in pairs): its units, heaviest first, each the tiles of its heads.
+    if (listed(p)) {
+      split_base = __ldg(p.unit_order) * heads;
+      count = split_base * (kSplitKv ? p.num_splits : 1);
+    }
+  }
+  // Whether tiles come from the schedule kernel's list (FwdParams::unit_order in a varlen
+  // kernel); read from the parameters each time, not held in a register across the loop.
+  FA4_DEVICE bool listed(const FwdParams& p) const { return kVarlen && p.unit_order != nullptr && pair == 1; }
   // The query of packed row r and its head within the group (r itself and 0 unpacked): shifts,
   // not the divisor's multiply, so the consumer's loop keeps no divisor live.
   FA4_DEVICE int query_of(int r) const { return kPackGqa ? r >> group_shift : r; }
@@ -299,15 +312,30 @@ struct Tiles {
       const int shift = pair - 1;  // pair: 1 or 2
       tile = (__ldg(p.unit_order + (tile >> shift)) << shift) | (tile & shift);
     }
-    // Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q blocks
-    // first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest (tile
-    // = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
-    // blocks, the lightest under a causal mask, in the masked order. No tile is empty, so
-    // the static schedule deals every CTA real work.
-    // Q block major (m_major): a run's schedule units heaviest first, (head, batch) fastest
-    // (unit = ((run index * run / pair + u) * by_fast.divisor + hb), tile = unit * pair +
-    // rank), so each round's costs fall monotonically and the snake deals them evenly; a
-    // pair's two tiles stay Q blocks 2k and 2k + 1 of one head.
+    int m_block;
+    // Listed (varlen, the schedule kernel's order): the tile is (unit, head), the last
+    // fastest.
+    if (listed(p)) {
+      int unit, unit_head = pick.tile;
+      by_heads.divmod(unit_head, unit, w.head);
+      const int2 e = __ldg(reinterpret_cast<const int2*>(p.unit_order) + 1 + unit);
+      w.batch = e.x;
+      m_block = e.y;
+    } else
+    m_block = place(tile, w);
+    return make(m_block, w, p);
+  }
+  // The padded schedule's tile `tile` (of one split's copy): its Q block, and its batch and
+  // head into w. Unmasked: Q blocks fastest. Masked: (head, batch) fastest, heaviest (last) Q
+  // blocks first. Grouped: the whole runs first, heaviest run first, a run's blocks fastest
+  // (tile = (run index * by_fast.divisor + hb) * run + m_lo); then the m_blocks % run lowest
+  // blocks, the lightest under a causal mask, in the masked order. No tile is empty, so the
+  // static schedule deals every CTA real work (varlen: but a shorter sequence's).
+  // Q block major (m_major): a run's schedule units heaviest first, (head, batch) fastest
+  // (unit = ((run index * run / pair + u) * by_fast.divisor + hb), tile = unit * pair +
+  // rank), so each round's costs fall monotonically and the snake deals them evenly; a
+  // pair's two tiles stay Q blocks 2k and 2k + 1 of one head.
+  FA4_DEVICE int place(int tile, Tile& w) const {
     int slow, fast;  // tile = slow * by_fast.divisor + fast
     int m_lo = 0;
     const bool in_run = kGrouped && tile < run_tiles;
@@ -328,6 +356,11 @@ struct Tiles {
                         : kGrouped             ? run_rest - 1 - mb
                                                : m_blocks - 1 - mb;
     by_heads.divmod(hb, w.batch, w.head);
+    return m_block;
+  }
+  // The tile of Q block m_block of (w.batch, w.head), the split share w.split of its blocks
+  // (split-KV), and in the split tail the pick's part of them.
+  FA4_DEVICE Tile make(int m_block, Tile w, const FwdParams& p) const {
     if (kPackGqa) {
       w.head_kv = w.head;
       w.head *= group;  // the group's first head
@@ -1107,4 +1140,84 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m64n128_q1_causal_lse_packgqa_varlen(const _
   }
   // Shared memory must outlive the last store's reads of it.
   if (kSeparateO && warp == 0 && lane == 0) tma_store_wait_read();
+}
+
+// ================= the varlen schedule =================
+// The persistent kernel deals tiles by index (the snake), and over the padded space of
+// (sequence, the longest sequence's Q blocks, head) a mixed batch's real tiles land unevenly on
+// the CTAs: a prefill chunk beside decodes, or sequences of mixed lengths, left one CTA about
+// twice the mean work (docs/BENCHMARKS.md, thirty-fifth session). Launched on the forward's
+// stream just before it (one CTA), this kernel lists the batch's real (sequence, Q block) units
+// by cost, heaviest first, for Tiles::at: list[0] = {units, 0}, list[1 + u] = {batch, m_block}.
+// A unit's cost is its tile's visited K blocks (split-KV: the first share's) plus one for the
+// tile's own Q load and epilogue; the sort counts them into kScheduleBins bins (the heaviest bin
+// takes every longer tile). Units of one cost come in no fixed order: the schedule varies from
+// run to run, the results do not (each tile is one CTA's work, whichever CTA takes it). A
+// sequence's Q blocks past the longest's (p.seqlen_q: the host's bound, and the list's size)
+// are not listed, as the padded schedule has no tile for them.
+constexpr int kScheduleThreads = 1024, kScheduleBins = 4096;
+static_assert(kScheduleBins % kScheduleThreads == 0 && kScheduleThreads == 32 * 32, "the bins' scan: 32 warps");
+
+// f(batch, m_block, bin) for every real unit, bin 0 the heaviest: a warp per sequence. (A
+// template, not a generic lambda: the GPU host's NVRTC 13.0 takes no generic device lambda.)
+template <class F>
+FA4_DEVICE void for_each_unit(const Tiles& tiles, const FwdParams& p, int warp, int lane, F f) {
+  for (int b = warp; b < p.batch; b += kScheduleThreads / 32) {
+    const SeqInfo<kVarlen, kPaged> seq(p, b);
+    const int m_blocks = min((seq.seqlen_q * tiles.group + kTileM - 1) / kTileM, tiles.m_blocks);
+    for (int m = lane; m < m_blocks; m += 32) {
+      Tile w;
+      w.batch = b;
+      w.head = 0;
+      const int cost = tiles.make(m, w, p).n_blocks + 1;
+      f(b, m, kScheduleBins - 1 - min(cost, kScheduleBins - 1));
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(kScheduleThreads, 1)
+fa4gen_fwd_sm90_wgmma_bf16_d128x128_m64n128_q1_causal_lse_packgqa_varlen_schedule(const __grid_constant__ FwdParams p, int2* list) {
+  __shared__ int bins[kScheduleBins];
+  __shared__ int warp_base[32];
+  // The forward may launch now, its prologue beside this grid; it waits for this grid's end.
+  grid_dependency_launch();
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int i = tid; i < kScheduleBins; i += kScheduleThreads) bins[i] = 0;
+  __syncthreads();
+  const Tiles tiles(p);  // (p.unit_order is null here: the padded schedule's geometry)
+  for_each_unit(tiles, p, warp, lane, [&](int, int, int bin) { atomicAdd(&bins[bin], 1); });
+  __syncthreads();
+  // Each bin's first place: exclusive sums over a thread's kPer bins, the warp, the warps.
+  constexpr int kPer = kScheduleBins / kScheduleThreads;
+  int start[kPer], sum = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    start[i] = sum;
+    sum += bins[tid * kPer + i];
+  }
+  int incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int x = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += x;
+  }
+  if (lane == 31) warp_base[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const int total = warp_base[lane];
+    int t = total;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int x = __shfl_up_sync(0xffffffffu, t, o);
+      if (lane >= o) t += x;
+    }
+    warp_base[lane] = t - total;
+    if (lane == 31) list[0] = make_int2(t, 0);
+  }
+  __syncthreads();
+  const int base = warp_base[warp] + incl - sum;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) bins[tid * kPer + i] = base + start[i];
+  __syncthreads();
+  for_each_unit(tiles, p, warp, lane, [&](int b, int m, int bin) { list[1 + atomicAdd(&bins[bin], 1)] = make_int2(b, m); });
 }
