@@ -262,6 +262,33 @@ fn m_major_runs_by_keys(p: &Problem) -> Option<bool> {
     }
 }
 
+/// Keys per split of the longest sequence (its keys over this, rounded) from which a decode
+/// batch of per-sequence key lengths (`mixed_decode_batch`) takes more splits than FA4's count,
+/// up to [`MIXED_DECODE_MAX_SPLITS`]. FA4's count sees only the batch's upper bounds (B sequences
+/// of `max_seqlen_k` keys: B x Hkv tiles, enough to fill the SMs from B 33 at Hkv 8, so one
+/// split), but an engine's decode step mixes context lengths, and its longest sequence's tile
+/// then runs alone while the rest finish. H200, pages of 16, one query per sequence, by
+/// hand, 1 split -> 4 (`bench_serving.py decode-batches`, session 35): d 128 H 32/8, B 32
+/// over 1k..32k 0.961 -> 0.661 ms; one sequence of 32k beside 31 of 1k 0.905 -> 0.250 (8
+/// splits 0.141); gpt-oss (d 64, H 64/8, sinks) B 32 over 1k..32k 0.657 -> 0.442; but
+/// B 32 all of 32k 1.161 -> 1.181 (-2%, within that shape's 1.16-1.25 between rounds), and
+/// shorter batches lose where split: B 64 all 4k 0.293 -> 0.302 at 2 splits, 0.319 at 4, so
+/// batches whose longest sequence is under 12k keys keep FA4's count (B 64 over 256..8k: 0.386,
+/// 0.330 at 4 splits, left).
+pub const MIXED_DECODE_KEYS_PER_SPLIT: usize = 8192;
+
+/// The most splits [`MIXED_DECODE_KEYS_PER_SPLIT`] gives a decode batch.
+pub const MIXED_DECODE_MAX_SPLITS: u32 = 4;
+
+/// A decode batch whose sequences' key lengths are their own (on the device: `seqused_k`, or
+/// packed K), on sm90, unmasked or causal (a window bounds every sequence's keys).
+fn mixed_decode_batch(p: &Problem, mask: Mask, arch: Arch) -> bool {
+    arch == Arch::Sm90
+        && p.batch > 1
+        && matches!(mask, Mask::None | Mask::Causal)
+        && p.varlen.is_some_and(|v| v.seqused_k || v.total_k.is_some())
+}
+
 /// Whether the split tail may even out `spec`'s unsplit call: where the kernel has it, as
 /// `Problem::split_tail` forces, else from `SPLIT_TAIL_MIN_KEYS` keys at d >= 128 (and then
 /// where `split_tail_pays` for the launch's grid).
@@ -567,7 +594,19 @@ pub fn select_with(
                 // An unsplit call the split tail may even out (unmasked, unpacked, long) is
                 // not the model's n = 1: FA4's count stands there.
                 let tail = fa4 == 1 && split_tail_may_run(&spec, p);
-                if flagship_splits && dense && !tail {
+                if mixed_decode_batch(p, v.mask, arch)
+                    && decode
+                    && class.decode(rows, decode_keys) == Some(spec)
+                {
+                    // A decode batch of per-sequence key lengths: the longest may stand
+                    // alone, so it is split whatever the other sequences fill.
+                    let per = MIXED_DECODE_KEYS_PER_SPLIT;
+                    let n = fa4.max(
+                        (p.seqlen_k.saturating_add(per / 2) / per)
+                            .min(MIXED_DECODE_MAX_SPLITS as usize) as u32,
+                    );
+                    n_blocks.div_ceil(n_blocks.div_ceil(n))
+                } else if flagship_splits && dense && !tail {
                     SplitCall {
                         seqlen_q: p.seqlen_q,
                         seqlen_k: p.seqlen_k,
@@ -1514,6 +1553,62 @@ mod tests {
         p.k_strides = Strides::contiguous(128, 8, 128);
         p.v_strides = p.k_strides;
         assert_eq!(sel(&p, &H200).spec.tile_m, 128);
+    }
+
+    #[test]
+    fn mixed_decode_batches_split_their_longest_sequence() {
+        // The decode-batches sweep's shapes (session 35) as the drop-in makes them: one query
+        // per sequence (packed), pages of 16 behind 131072-key tables, seqused_k, Sk the
+        // longest (max_seqlen_k), causal; and the count each took by hand at its best or
+        // within 3% of it.
+        let step = |b: usize, h: usize, hkv: usize, d: usize, sinks: bool, max_sk: usize| {
+            let mut p = Problem::new(DType::Bf16, b, 1, max_sk, h, hkv, d, d);
+            p.causal = true;
+            p.sinks = sinks;
+            p.num_splits = 0;
+            p.varlen = Some(Varlen {
+                total_q: Some(b),
+                seqused_k: true,
+                ..Varlen::default()
+            });
+            p.q_strides = Strides::contiguous(b, h, d);
+            p.o_strides = p.q_strides;
+            p.paged = Some(crate::runtime::Paged {
+                page_size: 16,
+                num_pages: b * 2048 + 7,
+                pages_per_seq: 8192,
+                page_table_stride: 8192,
+            });
+            p.k_strides = Strides::contiguous(16, hkv, d);
+            p.v_strides = p.k_strides;
+            let s = sel(&p, &H200);
+            assert!(s.decode_tile, "{b} x {max_sk}: {}", s.spec.stem());
+            s.num_splits
+        };
+        // (B, H, Hkv, d, sinks, longest keys, splits): mixed lengths first.
+        let sweep = [
+            (32, 32, 8, 128, false, 32024, 4), // 1k..32k: 0.661 ms (6 splits 0.639, 1: 0.961)
+            (8, 32, 8, 128, false, 31824, 4),  // FA4's count already 4 (8: 0.202, -20%)
+            (64, 32, 8, 128, false, 7942, 1),  // under 16k keys: FA4's 1 (4 splits 0.330, left)
+            (128, 32, 8, 128, false, 4037, 1), // 1: 0.343 (2 splits 0.336)
+            (32, 32, 8, 128, false, 32768, 4), // one of 32k, 31 of 1k: 0.250 (1: 0.905)
+            (32, 64, 8, 64, true, 32024, 4),   // gpt-oss 1k..32k: 0.442 (1: 0.657)
+            (64, 32, 8, 128, false, 4096, 1),  // all 4k: 0.293 (2: 0.302)
+            (8, 32, 8, 128, false, 8192, 4),   // all 8k: FA4's 4, 0.081
+            (64, 64, 8, 64, true, 4096, 1),    // gpt-oss all 4k: 0.195 (2: 0.200)
+        ];
+        for (b, h, hkv, d, sinks, max_sk, want) in sweep {
+            assert_eq!(
+                step(b, h, hkv, d, sinks, max_sk),
+                want,
+                "B {b} over {max_sk}"
+            );
+        }
+        // Equal lengths the host knows (no seqused_k: every sequence max_sk long): FA4's 1.
+        let mut p = Problem::new(DType::Bf16, 32, 1, 32768, 32, 8, 128, 128);
+        p.causal = true;
+        p.num_splits = 0;
+        assert_eq!(sel(&p, &H200).num_splits, 1);
     }
 
     #[test]

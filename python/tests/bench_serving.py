@@ -29,6 +29,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   mixed-batches  an engine's step in one varlen call (a chunk beside decodes, several chunks, decodes)
              over pages of 16 behind full-width block tables: the heuristic with and without
              max_seqlen_k, counts by hand
+  decode-batches  decode steps (one query per sequence, pages of 16, full-width tables) of mixed and
+             equal context lengths: the heuristic's split count beside counts by hand
   split-sweep  the split count by hand (1-8) beside the heuristic's, on calls it splits or nearly
   combine    the split-KV combine's two kernels and the runtime's choice, in turns: forwards that split
              (chunked and short prefill, decode) and flash_attn_combine alone
@@ -750,6 +752,54 @@ def mixed_batches():
         torch.cuda.empty_cache()
 
 
+DECODE_BATCHES = [  # (name, H, Hkv, d, sinks, [Sk per sequence]): a decode step, one query per sequence
+    ("llama B 32 over 1k..32k", 32, 8, 128, False, [1024 + 1000 * i for i in range(32)]),
+    ("llama B 8 over 1k..32k", 32, 8, 128, False, [1024 + 4400 * i for i in range(8)]),
+    ("llama B 64 over 256..8k", 32, 8, 128, False, [256 + 122 * i for i in range(64)]),
+    ("llama B 128 over 100..4k", 32, 8, 128, False, [100 + 31 * i for i in range(128)]),
+    ("llama B 32 one of 32k, 31 of 1k", 32, 8, 128, False, [32768] + [1024] * 31),
+    ("llama B 32 all 32k", 32, 8, 128, False, [32768] * 32),
+    ("llama B 8 all 8k", 32, 8, 128, False, [8192] * 8),
+    ("llama B 64 all 4k", 32, 8, 128, False, [4096] * 64),
+    ("gpt-oss B 32 over 1k..32k", 64, 8, 64, True, [1024 + 1000 * i for i in range(32)]),
+    ("gpt-oss B 64 all 4k", 64, 8, 64, True, [4096] * 64),
+]
+
+
+def decode_batches():
+    """A decode step as an engine calls it: one query per sequence (packed, cu_seqlens_q), K/V in
+    shuffled pages of 16 behind 131072-key block tables with seqused_k and max_seqlen_k, mixed
+    and equal context lengths: the heuristic's split count beside counts by hand, two rounds."""
+    for name, h, hkv, d, sinks, sks in DECODE_BATCHES:
+        page, b = 16, len(sks)
+        need = [-(-sk // page) for sk in sks]
+        pool = sum(need) + 7
+        perm = torch.randperm(pool, device=DEV).to(torch.int32)
+        table = torch.zeros(b, MAX_CONTEXT // page, device=DEV, dtype=torch.int32)
+        at = 0
+        for i, n in enumerate(need):
+            table[i, :n] = perm[at:at + n]
+            at += n
+        q = torch.randn(b, h, d, device=DEV, dtype=BF)
+        k = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
+        v = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
+        kw = dict(cu_seqlens_q=torch.arange(b + 1, device=DEV, dtype=torch.int32), max_seqlen_q=1,
+                  max_seqlen_k=max(sks), seqused_k=torch.tensor(sks, device=DEV, dtype=torch.int32),
+                  page_table=table, causal=True,
+                  learnable_sink=torch.randn(h, device=DEV, dtype=torch.float32) if sinks else None)
+        row = dict(bench="decode-batches", name=name, b=b, h=h, hkv=hkv, d=d, sinks=sinks,
+                   sum_sk=sum(sks), max_sk=max(sks))
+        kv_bytes = 2 * sum(sks) * hkv * d * 2
+        for rnd, order in (("", (0, 1, 2, 3, 4, 6, 8)), ("_again", (8, 6, 4, 3, 2, 1, 0))):
+            for splits in order:
+                ms = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, k, v, num_splits=splits, **kw), 1)
+                row[f"ms_{splits if splits else 'heuristic'}{rnd}"] = round(ms, 4)
+        row["kv_tbs_heuristic"] = round(kv_bytes / min(row["ms_heuristic"], row["ms_heuristic_again"]) / 1e9, 2)
+        emit(**row)
+        del q, k, v, kw, table
+        torch.cuda.empty_cache()
+
+
 COMBINE_FORWARDS = [  # (B, Sq, Sk, H, Hkv, d, causal, num_splits): forwards that split
     (1, 128, 8192, 32, 8, 128, True, 0),     # chunked prefill, the heuristic (4 splits)
     (1, 128, 32768, 32, 8, 128, True, 0),
@@ -879,7 +929,7 @@ def warm_up_clocks(seconds=1.0):
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
             "chunked-paged": chunked_paged, "few-tiles": few_tiles, "combine": combine,
-            "split-sweep": split_sweep, "engine-chunks": engine_chunks, "mixed-batches": mixed_batches}
+            "split-sweep": split_sweep, "engine-chunks": engine_chunks, "mixed-batches": mixed_batches, "decode-batches": decode_batches}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
 if __name__ == "__main__":
