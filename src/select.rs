@@ -195,20 +195,21 @@ pub fn split_tail_pays(units: usize, slots: usize, blocks: usize) -> bool {
 /// short sequences are a larger share (`Problem::cta_pairs` forces either way).
 pub const VARLEN_PAIRS_MIN_MEAN_ROWS: usize = 2048;
 
-/// Whether a call's sequences pair by default as far as their query lengths go: dense calls
-/// and equal query lengths (no ghosts) yes; packed queries if their mean is long enough
-/// (`VARLEN_PAIRS_MIN_MEAN_ROWS`); `seqused_q` no (the lengths are on the device).
 /// Whether a varlen batch's query lengths may differ: packed queries fewer than batch x the
 /// longest, or lengths on the device (`seqused_q`). Where they may not, the padded schedule
 /// has no empty tiles and keeps its L2 locality (causal runs, CTA pairs): H200, d 128 H 16,
 /// 2 x 16k causal, 3.35 ms padded (in pairs) against 3.67 on the list.
 fn query_lengths_vary(p: &Problem) -> bool {
-    p.varlen.is_some_and(|v| match v.total_q {
-        Some(total) => total < p.batch.saturating_mul(p.seqlen_q),
-        None => v.seqused_q,
+    p.varlen.is_some_and(|v| {
+        v.seqused_q
+            || v.total_q
+                .is_some_and(|total| total < p.batch.saturating_mul(p.seqlen_q))
     })
 }
 
+/// Whether a call's sequences pair by default as far as their query lengths go: dense calls
+/// and equal query lengths (no ghosts) yes; packed queries if their mean is long enough
+/// (`VARLEN_PAIRS_MIN_MEAN_ROWS`); `seqused_q` no (the lengths are on the device).
 fn varlen_rows_pair(p: &Problem) -> bool {
     let Some(v) = p.varlen else {
         return true;
@@ -1117,9 +1118,15 @@ mod tests {
         p.cta_pairs = None;
         p.varlen_schedule = Some(false);
         assert!(!sel(&p, &H200).varlen_schedule);
-        // Query lengths on the device: they may differ.
+        // Query lengths on the device: they may differ, packed rows or not.
         p.varlen_schedule = None;
         p.varlen = Some(Varlen {
+            seqused_q: true,
+            ..Varlen::default()
+        });
+        assert!(sel(&p, &H200).varlen_schedule);
+        p.varlen = Some(Varlen {
+            total_q: Some(2 * 16384),
             seqused_q: true,
             ..Varlen::default()
         });

@@ -568,6 +568,8 @@ def set_varlen_schedule(on, device=None):
     one). The results are the same; off is for measuring."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     h = _handle(dev)  # (loads the library first)
+    if not hasattr(_lib, "fa4gen_set_varlen_schedule"):
+        raise FA4GenError(LIBRARY, "this libfa4gen.so predates fa4gen_set_varlen_schedule: rebuild it")
     _check(_lib.fa4gen_set_varlen_schedule(h, 1 if on else 0))
 
 

@@ -605,8 +605,12 @@ impl FlashAttention {
         check_pointers(problem, &ptrs, true)?;
         let (_, o_part_elems) = split_workspace(problem, sel.num_splits);
         let ws_bytes = workspace_need(problem, &sel);
+        // A caller's workspace must hold the kernel's own scratch; one without room for the
+        // varlen schedule's list after it (sized before the list existed) runs the padded
+        // schedule, with the same results.
+        let own_bytes = own_scratch(problem, &sel);
         if ptrs.workspace != 0
-            && (!ptrs.workspace.is_multiple_of(16) || ptrs.workspace_bytes < ws_bytes)
+            && (!ptrs.workspace.is_multiple_of(16) || ptrs.workspace_bytes < own_bytes)
         {
             return Err(Error::invalid(
                 "workspace",
@@ -691,11 +695,22 @@ impl FlashAttention {
             }
         }
         params.m_major_runs = i32::from(sel.m_major_runs);
+        // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
+        let maps = match sel.spec.imp {
+            Impl::Wgmma => Some(super::tma::maps(
+                &sel.spec, problem, pairs, ptrs.q, ptrs.k, ptrs.v, ptrs.o,
+            )?),
+            Impl::Portable => None,
+        };
         if let (true, Some(schedule)) = (sel.varlen_schedule, &kernel.schedule) {
-            // The list in the workspace (the caller's, else the handle's; none while a capture
-            // cannot grow the handle's: the forward then deals the padded schedule).
+            // The list in the caller's workspace where it has room, else in the handle's, but
+            // not into a graph being captured: a later, larger call may reallocate the
+            // handle's, which the graph would still write. Without one the forward deals the
+            // padded schedule.
             let ws = if ptrs.workspace != 0 {
-                Some(ptrs.workspace)
+                (ptrs.workspace_bytes >= ws_bytes).then_some(ptrs.workspace)
+            } else if stream_is_capturing(stream)? {
+                None
             } else {
                 self.workspace_for(stream, ws_bytes)?
             };
@@ -743,13 +758,6 @@ impl FlashAttention {
                 params.unit_order = ptr;
             }
         }
-        // The wgmma kernel's second parameter: its TMA descriptors (they hold the addresses).
-        let maps = match sel.spec.imp {
-            Impl::Wgmma => Some(super::tma::maps(
-                &sel.spec, problem, pairs, ptrs.q, ptrs.k, ptrs.v, ptrs.o,
-            )?),
-            Impl::Portable => None,
-        };
         let mut args = [
             &params as *const FwdParams as *mut c_void,
             std::ptr::null_mut(),
