@@ -808,17 +808,20 @@ pub fn select_with(
     })
 }
 
+/// The H200 as the tests model it: sm_90, 132 SMs.
+#[cfg(test)]
+pub(crate) const H200: DeviceInfo = DeviceInfo {
+    major: 9,
+    minor: 0,
+    sm_count: 132,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::runtime::{Strides, Varlen};
     use crate::spec::{DType, Impl, Mask};
 
-    const H200: DeviceInfo = DeviceInfo {
-        major: 9,
-        minor: 0,
-        sm_count: 132,
-    };
     const B200: DeviceInfo = DeviceInfo {
         major: 10,
         minor: 0,

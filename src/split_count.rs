@@ -277,14 +277,8 @@ fn memo() -> &'static Mutex<HashMap<(SplitCall, u32), u32>> {
 mod tests {
     use super::*;
     use crate::runtime::Problem;
-    use crate::select::{DeviceInfo, select};
+    use crate::select::{H200, select};
     use crate::spec::DType;
-
-    const H200: DeviceInfo = DeviceInfo {
-        major: 9,
-        minor: 0,
-        sm_count: 132,
-    };
 
     /// The heuristic's count for a bf16 call on the H200, through selection (its packing,
     /// tile and split rules).

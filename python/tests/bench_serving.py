@@ -689,6 +689,22 @@ MIXED_BATCHES = [  # (name, H, Hkv, d, sinks, K layout, [(Sq, Sk) per sequence])
     ("d128 H16 2 x 16k (CTA pairs' case)", 16, 16, 128, False, "packed", [(16384, 16384)] * 2),
 ]
 MAX_CONTEXT = 131072  # the block table's width, as an engine sizes it: the model's longest context
+
+
+def engine_pages(sks, hkv, d, page=16):
+    """K/V of sequences of `sks` keys in shuffled pages behind block tables as wide as
+    MAX_CONTEXT (an engine's): (table, k, v), random keys and values."""
+    need = [-(-sk // page) for sk in sks]
+    pool = sum(need) + 7
+    perm = torch.randperm(pool, device=DEV).to(torch.int32)
+    table = torch.zeros(len(sks), MAX_CONTEXT // page, device=DEV, dtype=torch.int32)
+    at = 0
+    for i, n in enumerate(need):
+        table[i, :n] = perm[at:at + n]
+        at += n
+    k = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
+    v = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
+    return table, k, v
 # (label, the device's list on, num_splits): the list against the padded schedule, by hand counts on the list.
 MIXED_VARIANTS = (("list", True, 0), ("padded", False, 0), ("list_1", True, 1), ("padded_1", False, 1),
                   ("list_2", True, 2), ("list_3", True, 3), ("list_4", True, 4))
@@ -706,7 +722,6 @@ def mixed_batches():
         if seqs is None:
             rng = random.Random(5)
             seqs = [(n, n) for n in (rng.randint(64, 4096) for _ in range(16))]
-        page = 16
         b = len(seqs)
         total_q = sum(sq for sq, _ in seqs)
         max_sq, max_sk = max(sq for sq, _ in seqs), max(sk for _, sk in seqs)
@@ -715,16 +730,7 @@ def mixed_batches():
         kw = dict(cu_seqlens_q=cu_q, max_seqlen_q=max_sq, max_seqlen_k=max_sk, causal=True,
                   learnable_sink=torch.randn(h, device=DEV, dtype=torch.float32) if sinks else None)
         if layout == "paged16":
-            need = [-(-sk // page) for _, sk in seqs]
-            pool = sum(need) + 7
-            perm = torch.randperm(pool, device=DEV).to(torch.int32)
-            table = torch.zeros(b, MAX_CONTEXT // page, device=DEV, dtype=torch.int32)
-            at = 0
-            for i, n in enumerate(need):
-                table[i, :n] = perm[at:at + n]
-                at += n
-            k = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
-            v = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
+            table, k, v = engine_pages([sk for _, sk in seqs], hkv, d)
             kw.update(page_table=table, seqused_k=torch.tensor([sk for _, sk in seqs], device=DEV, dtype=torch.int32))
         else:
             total_k = sum(sk for _, sk in seqs)
@@ -771,18 +777,9 @@ def decode_batches():
     shuffled pages of 16 behind 131072-key block tables with seqused_k and max_seqlen_k, mixed
     and equal context lengths: the heuristic's split count beside counts by hand, two rounds."""
     for name, h, hkv, d, sinks, sks in DECODE_BATCHES:
-        page, b = 16, len(sks)
-        need = [-(-sk // page) for sk in sks]
-        pool = sum(need) + 7
-        perm = torch.randperm(pool, device=DEV).to(torch.int32)
-        table = torch.zeros(b, MAX_CONTEXT // page, device=DEV, dtype=torch.int32)
-        at = 0
-        for i, n in enumerate(need):
-            table[i, :n] = perm[at:at + n]
-            at += n
+        b = len(sks)
+        table, k, v = engine_pages(sks, hkv, d)
         q = torch.randn(b, h, d, device=DEV, dtype=BF)
-        k = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
-        v = torch.randn(pool, page, hkv, d, device=DEV, dtype=BF)
         kw = dict(cu_seqlens_q=torch.arange(b + 1, device=DEV, dtype=torch.int32), max_seqlen_q=1,
                   max_seqlen_k=max(sks), seqused_k=torch.tensor(sks, device=DEV, dtype=torch.int32),
                   page_table=table, causal=True,

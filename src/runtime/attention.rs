@@ -1169,13 +1169,8 @@ pub struct SeqBuffers<'a> {
 mod tests {
     use super::*;
     use crate::runtime::Varlen;
+    use crate::select::H200;
     use crate::spec::DType;
-
-    const H200: DeviceInfo = DeviceInfo {
-        major: 9,
-        minor: 0,
-        sm_count: 132,
-    };
 
     fn need(p: &Problem) -> (Selection, usize, usize) {
         let v = p.validate().unwrap();
