@@ -29,8 +29,8 @@
 // canonical combine module, launched as this kernel's programmatic dependent, reduces them{% if spec.feat.sink %}
 // and adds the sink once{% endif %}.{% endif %}
 // Varlen: Q/O rows at cu_seqlens_q offsets (one map over all rows), K/V at cu_seqlens_k
-// offsets, seqused_q/k lengths; with more than one sequence, tiles in the order {{ symbol }}_schedule lists
-// them (launched just before: the real (sequence, Q block) units, heaviest first). Paged:
+// offsets, seqused_q/k lengths; for a batch of mixed query lengths, tiles in the order {{ symbol }}_schedule
+// lists them (launched just before: the real (sequence, Q block) units, heaviest first). Paged:
 // K/V blocks as TMA boxes of gcd(page_size, {{ spec.tile_n }}) rows, each from its page (page sizes
 // that are multiples of 8){% if geo.kv_group_rows == 8 %}, a box spanning every column (K/V stages in 8-row groups){% endif %}.
 // Grid: persistent, {{ ctas_per_sm }} CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...

@@ -22,8 +22,8 @@
 //       registers to global memory (8-byte stores; no rows for O, one Q buffer).
 // Features: sink=false softcap=false varlen=false paged=false split=false
 // Varlen: Q/O rows at cu_seqlens_q offsets (one map over all rows), K/V at cu_seqlens_k
-// offsets, seqused_q/k lengths; with more than one sequence, tiles in the order fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_causal_schedule lists
-// them (launched just before: the real (sequence, Q block) units, heaviest first). Paged:
+// offsets, seqused_q/k lengths; for a batch of mixed query lengths, tiles in the order fa4gen_fwd_sm90_wgmma_bf16_d256x256_m128n64_q1_causal_schedule
+// lists them (launched just before: the real (sequence, Q block) units, heaviest first). Paged:
 // K/V blocks as TMA boxes of gcd(page_size, 64) rows, each from its page (page sizes
 // that are multiples of 8).
 // Grid: persistent, 1 CTA(s) per SM (at most one per tile); CTA b works on tiles b, b + grid, ...
