@@ -615,7 +615,13 @@ impl FlashAttention {
             return Err(Error::invalid(
                 "workspace",
                 format!("{:#x} ({} bytes)", ptrs.workspace, ptrs.workspace_bytes),
-                format!("16-byte aligned and at least {ws_bytes} bytes for this problem"),
+                if ws_bytes > own_bytes {
+                    format!(
+                        "16-byte aligned and at least {own_bytes} bytes for this problem ({ws_bytes} with the varlen schedule's list)"
+                    )
+                } else {
+                    format!("16-byte aligned and at least {own_bytes} bytes for this problem")
+                },
             ));
         }
         self.ctx.bind_to_thread().call("cuCtxSetCurrent")?;
