@@ -117,6 +117,13 @@ fa4gen_status fa4gen_set_programmatic_launch(const fa4gen_handle* h, int32_t on)
  * or by the padded schedule, every sequence as the longest (0). Same results; 0 is for measuring. */
 fa4gen_status fa4gen_set_varlen_schedule(const fa4gen_handle* h, int32_t on);
 
+/* Give each sequence of a split varlen batch its own split count on the device (shares > 0;
+ * the default, 2, on decode batches of per-sequence key lengths): the batch's K blocks are
+ * dealt `shares` per CTA slot and a sequence takes as many splits as its blocks need, at most
+ * the call's count. 0: FA4's one count for every sequence. Same results up to the combine's
+ * rounding; other values are for measuring. A negative count is FA4GEN_ERR_INVALID_ARGUMENT. */
+fa4gen_status fa4gen_set_sequence_splits(const fa4gen_handle* h, int32_t shares);
+
 /* Which kernel reduces split-KV partials (splitting forwards and fa4gen_combine): 0 by shape
  * (the default: a group of lanes per row where its round trips over the splits are no more
  * than a CTA per row's waves), 1 one CTA per (query, head) row, 2 a group of lanes per row.

@@ -82,13 +82,16 @@ for step in $steps; do
     done
     ;;
   sanitize-varlen)
-    # The varlen schedule kernel and the listed forwards (every case of flagship_varlen_schedule)
+    # The varlen schedule kernel and the listed forwards (every case of flagship_varlen_schedule),
+    # and the split kernels with counts per sequence (sequence_splits; SANITIZE_TESTS picks),
     # under memcheck, racecheck and synccheck.
-    for tool in memcheck racecheck synccheck; do
-      FA4GEN_CASE_STRIDE=1 compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/gpu_features flagship_varlen_schedule --test-threads=1 --nocapture > "$OUT/sanitize-varlen-$tool.log" 2>&1
-      rc=$?
-      echo "compute-sanitizer $tool flagship_varlen_schedule: rc=$rc $(grep -E 'passed,|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-varlen-$tool.log" | tr '\n' ' ')"
-      [ $rc = 0 ] || status=1
+    for t in ${SANITIZE_TESTS:-flagship_varlen_schedule sequence_splits}; do
+      for tool in memcheck racecheck synccheck; do
+        FA4GEN_CASE_STRIDE=1 compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/gpu_features "$t" --exact --test-threads=1 --nocapture > "$OUT/sanitize-$t-$tool.log" 2>&1
+        rc=$?
+        echo "compute-sanitizer $tool $t: rc=$rc $(grep -E 'passed,|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize-$t-$tool.log" | tr '\n' ' ')"
+        [ $rc = 0 ] || status=1
+      done
     done
     ;;
   bench)

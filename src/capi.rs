@@ -215,6 +215,7 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
         m_major_runs: None,
         lpt_rounds: None,
         varlen_schedule: None,
+        sequence_splits: None,
         tile_mn: match (c.tile_m, c.tile_n) {
             (0, 0) => None,
             (m, n) if m > 0 && n > 0 => Some((m as u32, n as u32)),
@@ -373,6 +374,23 @@ pub unsafe extern "C" fn fa4gen_set_programmatic_launch(h: *const Handle, on: i3
 pub unsafe extern "C" fn fa4gen_set_varlen_schedule(h: *const Handle, on: i32) -> Status {
     guard(|| {
         handle_ref(h)?.fa.set_varlen_schedule(on != 0);
+        Ok(())
+    })
+}
+
+/// Give each sequence of a split varlen batch its own split count, the batch's K blocks dealt
+/// `shares` per CTA slot (the default 2; mixed decode batches), or FA4's one count for every
+/// sequence (0): `FlashAttention::set_sequence_splits`.
+///
+/// # Safety
+/// `h` null or an open handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fa4gen_set_sequence_splits(h: *const Handle, shares: i32) -> Status {
+    guard(|| {
+        let fa = &handle_ref(h)?.fa;
+        let shares = u32::try_from(shares)
+            .map_err(|_| Error::invalid("shares", shares, "0 (off) or a positive count"))?;
+        fa.set_sequence_splits(shares);
         Ok(())
     })
 }
@@ -765,6 +783,10 @@ mod tests {
             );
             assert_eq!(
                 fa4gen_set_varlen_schedule(std::ptr::null(), 0),
+                Status::InvalidArgument
+            );
+            assert_eq!(
+                fa4gen_set_sequence_splits(std::ptr::null(), 2),
                 Status::InvalidArgument
             );
             assert_eq!(

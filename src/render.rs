@@ -58,6 +58,10 @@ pub const HEADERS: &[(&str, &str)] = &[
         include_str!("../templates/include/fa4gen/seqlens.cuh"),
     ),
     (
+        "fa4gen/sequence_splits.cuh",
+        include_str!("../templates/include/fa4gen/sequence_splits.cuh"),
+    ),
+    (
         "fa4gen/softcap.cuh",
         include_str!("../templates/include/fa4gen/softcap.cuh"),
     ),

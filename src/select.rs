@@ -79,6 +79,15 @@ pub struct Selection {
     pub varlen_schedule: bool,
     /// The list's capacity in units: batch x the longest sequence's Q blocks (0 without it).
     pub schedule_units: usize,
+    /// The portable split kernel over a varlen batch gives each sequence its own split count
+    /// on the device (`sequence_splits.cuh`): the batch's K blocks over the CTA slots give a
+    /// share per slot, and a sequence takes as many splits as its blocks need shares, at most
+    /// `num_splits` (the grid's). FA4's one count sees only the batch's upper bounds, so a
+    /// mixed decode step either leaves its longest sequence alone at the end or cuts every
+    /// short one into slivers. By default for mixed decode batches with the heuristic's count
+    /// (`mixed_decode_batch`), or as `Problem::sequence_splits` says; the runtime passes
+    /// `FwdParams::split_slots`.
+    pub sequence_splits: bool,
     /// The wgmma kernel's schedule: (Q block, head, batch) tiles.
     pub tiles: usize,
     /// The spec is on the decode tile table (at most `tiles::DECODE_ROWS` packed rows). A
@@ -263,9 +272,11 @@ fn m_major_runs_by_keys(p: &Problem) -> Option<bool> {
     }
 }
 
-/// Keys per split of the longest sequence (its keys over this, rounded) from which a decode
-/// batch of per-sequence key lengths (`mixed_decode_batch`) takes more splits than FA4's count,
-/// up to [`MIXED_DECODE_MAX_SPLITS`]. FA4's count sees only the batch's upper bounds (B sequences
+/// Where each sequence's own count is off (`Problem::sequence_splits`,
+/// `FlashAttention::set_sequence_splits(0)`): keys per split of the longest sequence (its keys
+/// over this, rounded) from which a decode batch of per-sequence key lengths
+/// (`mixed_decode_batch`) takes more splits than FA4's count, up to
+/// [`MIXED_DECODE_MAX_SPLITS`], every sequence the same count. FA4's count sees only the batch's upper bounds (B sequences
 /// of `max_seqlen_k` keys: B x Hkv tiles, enough to fill the SMs from B 33 at Hkv 8, so one
 /// split), but an engine's decode step mixes context lengths, and its longest sequence's tile
 /// then runs alone while the rest finish. H200, pages of 16, one query per sequence, by
@@ -280,6 +291,26 @@ pub const MIXED_DECODE_KEYS_PER_SPLIT: usize = 8192;
 
 /// The most splits [`MIXED_DECODE_KEYS_PER_SPLIT`] gives a decode batch.
 pub const MIXED_DECODE_MAX_SPLITS: u32 = 4;
+
+/// Keys a split of a mixed decode batch's longest sequence holds at least, where each sequence
+/// takes its own count (`Selection::sequence_splits`): the grid's count is the longest's keys
+/// over this, at most [`SEQUENCE_SPLIT_MAX`] and [`SEQUENCE_SPLIT_GRID_SLOTS`] CTAs per slot.
+pub const SEQUENCE_SPLIT_MIN_KEYS: usize = 2048;
+
+/// The most splits a mixed decode batch's grid gives a sequence (`Selection::sequence_splits`).
+pub const SEQUENCE_SPLIT_MAX: u32 = 16;
+
+/// CTAs per CTA slot that a mixed decode batch's grid may hold, counting every sequence as the
+/// longest (`Selection::sequence_splits`). The CTAs past their sequence's own count still
+/// launch, read the batch's lengths and exit (about a microsecond each, two slots an SM for
+/// the 64-row decode tile), so the bound keeps that under ~8 us.
+pub const SEQUENCE_SPLIT_GRID_SLOTS: usize = 8;
+
+/// Shares of a batch's K blocks per CTA slot, by default, where each sequence takes its own
+/// split count (`FwdParams::split_slots` = the slots times this;
+/// `FlashAttention::set_sequence_splits`): a sequence takes as many splits as its blocks need
+/// shares.
+pub const SEQUENCE_SPLIT_SHARES: u32 = 2;
 
 /// A decode batch whose sequences' key lengths are their own (on the device: `seqused_k`, or
 /// packed K), on sm90, unmasked or causal (a window bounds every sequence's keys).
@@ -565,6 +596,8 @@ pub fn select_with(
         }
         .can_implement()
         .is_ok();
+    // The heuristic's count for a mixed decode batch is the most each sequence takes.
+    let mut per_sequence = false;
     let num_splits = if v.num_splits < 1 {
         let sk_eff = match v.mask {
             Mask::Local => p.seqlen_k.min(
@@ -601,11 +634,23 @@ pub fn select_with(
                 {
                     // A decode batch of per-sequence key lengths: the longest may stand
                     // alone, so it is split whatever the other sequences fill.
-                    let per = MIXED_DECODE_KEYS_PER_SPLIT;
-                    let n = fa4.max(
+                    let n = if p.sequence_splits != Some(false) {
+                        // Each sequence takes its own count on the device; this one, the
+                        // grid's, is the most the longest may take: splits of at least
+                        // SEQUENCE_SPLIT_MIN_KEYS keys, as many as the grid's bound allows.
+                        per_sequence = true;
+                        let ctas = p.batch * ctas_heads * m_blocks;
+                        let room = SEQUENCE_SPLIT_GRID_SLOTS * slots as usize / ctas.max(1);
+                        p.seqlen_k
+                            .div_ceil(SEQUENCE_SPLIT_MIN_KEYS)
+                            .min(room)
+                            .min(SEQUENCE_SPLIT_MAX as usize) as u32
+                    } else {
+                        let per = MIXED_DECODE_KEYS_PER_SPLIT;
                         (p.seqlen_k.saturating_add(per / 2) / per)
-                            .min(MIXED_DECODE_MAX_SPLITS as usize) as u32,
-                    );
+                            .min(MIXED_DECODE_MAX_SPLITS as usize) as u32
+                    };
+                    let n = fa4.max(n);
                     n_blocks.div_ceil(n_blocks.div_ceil(n))
                 } else if flagship_splits && dense && !tail {
                     SplitCall {
@@ -802,6 +847,11 @@ pub fn select_with(
         } else {
             0
         },
+        sequence_splits: spec.imp == crate::spec::Impl::Portable
+            && spec.feat.split
+            && p.is_varlen()
+            && num_splits > 1
+            && p.sequence_splits.unwrap_or(per_sequence),
         tiles,
         decode_tile: decode && class.decode(rows, decode_keys) == Some(spec),
         programmatic: run == 0 && blocks_per_cta <= PROGRAMMATIC_MAX_BLOCKS_PER_CTA,
@@ -1593,24 +1643,30 @@ mod tests {
             p.v_strides = p.k_strides;
             let s = sel(&p, &H200);
             assert!(s.decode_tile, "{b} x {max_sk}: {}", s.spec.stem());
-            s.num_splits
+            assert!(s.sequence_splits, "{b} x {max_sk}: counts per sequence");
+            p.sequence_splits = Some(false);
+            let one = sel(&p, &H200);
+            assert!(!one.sequence_splits);
+            (s.num_splits, one.num_splits)
         };
-        // (B, H, Hkv, d, sinks, longest keys, splits): mixed lengths first.
+        // (B, H, Hkv, d, sinks, longest keys, the grid's splits with counts per sequence (the
+        // most a sequence takes: the longest's keys over 2048, at most 8 CTAs per slot and
+        // 16), and FA4's one count for every sequence): mixed lengths first.
         let sweep = [
-            (32, 32, 8, 128, false, 32024, 4), // 1k..32k: 0.661 ms (6 splits 0.639, 1: 0.961)
-            (8, 32, 8, 128, false, 31824, 4),  // FA4's count already 4 (8: 0.202, -20%)
-            (64, 32, 8, 128, false, 7942, 1),  // under 16k keys: FA4's 1 (4 splits 0.330, left)
-            (128, 32, 8, 128, false, 4037, 1), // 1: 0.343 (2 splits 0.336)
-            (32, 32, 8, 128, false, 32768, 4), // one of 32k, 31 of 1k: 0.250 (1: 0.905)
-            (32, 64, 8, 64, true, 32024, 4),   // gpt-oss 1k..32k: 0.442 (1: 0.657)
-            (64, 32, 8, 128, false, 4096, 1),  // all 4k: 0.293 (2: 0.302)
-            (8, 32, 8, 128, false, 8192, 4),   // all 8k: FA4's 4, 0.081
-            (64, 64, 8, 64, true, 4096, 1),    // gpt-oss all 4k: 0.195 (2: 0.200)
+            (32, 32, 8, 128, false, 32024, 8, 4), // 1k..32k: 0.661 ms at 4 (6: 0.639, 1: 0.961)
+            (8, 32, 8, 128, false, 31824, 16, 4), // FA4's count already 4 (8: 0.202, -20%)
+            (64, 32, 8, 128, false, 7942, 4, 1),  // under 12k keys: FA4's 1 (4: 0.330)
+            (128, 32, 8, 128, false, 4037, 2, 1), // 1: 0.343 (2 splits 0.336)
+            (32, 32, 8, 128, false, 32768, 8, 4), // one of 32k, 31 of 1k: 0.250 (1: 0.905)
+            (32, 64, 8, 64, true, 32024, 8, 4),   // gpt-oss 1k..32k: 0.442 (1: 0.657)
+            (64, 32, 8, 128, false, 4096, 2, 1),  // all 4k: 0.293 (2: 0.302)
+            (8, 32, 8, 128, false, 8192, 4, 4),   // all 8k: FA4's 4, 0.081
+            (64, 64, 8, 64, true, 4096, 2, 1),    // gpt-oss all 4k: 0.195 (2: 0.200)
         ];
-        for (b, h, hkv, d, sinks, max_sk, want) in sweep {
+        for (b, h, hkv, d, sinks, max_sk, per_sequence, one) in sweep {
             assert_eq!(
                 step(b, h, hkv, d, sinks, max_sk),
-                want,
+                (per_sequence, one),
                 "B {b} over {max_sk}"
             );
         }

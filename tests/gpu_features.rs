@@ -119,6 +119,9 @@ struct Case {
     combine: CombineKernel,
     /// `Problem::varlen_schedule`: the device's list of units forced off (else selection's rule).
     schedule: Option<bool>,
+    /// `Problem::sequence_splits`: each sequence's own split count forced on or off (else
+    /// selection's rule).
+    sequence_splits: Option<bool>,
 }
 
 impl Case {
@@ -144,6 +147,7 @@ impl Case {
             fill: None,
             combine: CombineKernel::Auto,
             schedule: None,
+            sequence_splits: None,
         }
     }
 
@@ -190,7 +194,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?} combine={:?} schedule={:?}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?} combine={:?} schedule={:?} seq_splits={:?}",
             self.dtype,
             self.d,
             self.dv,
@@ -209,7 +213,8 @@ impl Case {
             self.tile,
             self.fill,
             self.combine,
-            self.schedule
+            self.schedule,
+            self.sequence_splits
         )
     }
 }
@@ -369,6 +374,7 @@ fn build(c: &Case, data: &[SeqData], rng: &mut StdRng) -> Built {
     problem.tile_mn = c.tile;
     problem.fill_tile = c.fill;
     problem.varlen_schedule = c.schedule;
+    problem.sequence_splits = c.sequence_splits;
     let sinks = c.sinks.then(|| {
         (0..h)
             .map(|_| 2.0 * rng.sample::<f32, _>(StandardNormal))
@@ -1685,6 +1691,118 @@ fn varlen_schedule_cases_select_the_list() {
             sel.spec.stem(),
             sel.varlen_schedule,
             sel.schedule_units
+        );
+    }
+}
+
+/// Split varlen batches whose sequences each take their own split count
+/// (`Selection::sequence_splits`): decode steps of mixed context lengths (the default rule: the
+/// heuristic's count the most a sequence takes, its own from the batch's blocks per CTA slot),
+/// with sequences without keys, one key, one block and 100k keys; and ragged prefill batches
+/// with the rule forced on an explicit count (7, 17, 60) under windows, through both combine
+/// kernels. K
+/// packed, batched (seqused_k) and in pages of 16, 64 and 128; GQA packed and not; sinks,
+/// softcap, fp16.
+fn sequence_split_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let decode_steps: Vec<Vec<(usize, usize)>> = vec![
+        // One long sequence beside short ones: it takes many splits, they one.
+        std::iter::once((1, 40_000))
+            .chain((0..15).map(|i| (1, 300 + 61 * i)))
+            .collect(),
+        // Lengths spread 1..32k, with an empty sequence and one of no keys.
+        (0..24)
+            .map(|i| match i {
+                5 => (0, 900),
+                9 => (1, 0),
+                _ => (1, 1 + (i * 1361) % 32_000),
+            })
+            .collect(),
+        // Equal lengths: every sequence the same count.
+        vec![(1, 9000); 6],
+        // A 100k-key sequence beside one-key and one-block ones.
+        vec![(1, 100_000), (1, 1), (1, 128), (1, 129), (1, 4096)],
+    ];
+    let layouts = [
+        KLayout::Paged(16),
+        KLayout::Packed,
+        KLayout::Batched,
+        KLayout::Paged(64),
+    ];
+    for (i, seqs) in decode_steps.iter().enumerate() {
+        for (j, (d, g)) in [(128usize, 4usize), (64, 8)].into_iter().enumerate() {
+            let n = 2 * i + j;
+            let mut c = Case::base(seqs.clone());
+            (c.d, c.dv) = (d, d);
+            c.heads = 2 * g;
+            c.heads_kv = 2;
+            c.q_packed = true;
+            c.k = layouts[n % layouts.len()];
+            c.causal = n % 3 != 2;
+            c.sinks = n % 2 == 1;
+            c.num_splits = 0;
+            c.dtype = DType::ALL[n % 2];
+            c.combine = COMBINES[n % 3];
+            cases.push(c.clone());
+            if n % 4 == 0 {
+                c.sequence_splits = Some(false); // FA4's one count, for the same batch
+                cases.push(c);
+            }
+        }
+    }
+    // Ragged prefill batches, the rule forced on an explicit count.
+    let ragged: Vec<Vec<(usize, usize)>> = vec![
+        vec![(37, 5000), (3, 200), (0, 70), (16, 12_000), (1, 1), (60, 0)],
+        vec![(113, 20_000), (7, 7), (64, 1000)],
+    ];
+    for (i, seqs) in ragged.iter().enumerate() {
+        for (k, ns) in [7, 17, 60].into_iter().enumerate() {
+            let mut c = Case::base(seqs.clone());
+            c.heads = 8;
+            c.heads_kv = 2;
+            c.q_packed = i == 0;
+            c.k = [KLayout::Packed, KLayout::Paged(128), KLayout::Batched][k];
+            // (Windows: the flagship splits the other masks itself.)
+            c.window = (
+                Some(300 + 700 * (k + i) as i64),
+                Some(if k == 1 { 50 } else { 0 }),
+            );
+            if i == 1 {
+                (c.d, c.dv) = (64, 64);
+            }
+            c.softcap = if k == 2 { 30.0 } else { 0.0 };
+            c.pack_gqa = Some(k != 0);
+            c.num_splits = ns;
+            c.sequence_splits = Some(true);
+            c.combine = COMBINES[(i + k) % 3];
+            cases.push(c);
+        }
+    }
+    cases
+}
+
+#[test]
+fn sequence_splits() {
+    run_all("sequence_splits", &sequence_split_cases());
+}
+
+/// On the CPU: the sequence split cases run the portable split kernel with counts per sequence,
+/// except those forced off.
+#[test]
+fn sequence_split_cases_select_them() {
+    let mut r = StdRng::seed_from_u64(0);
+    for c in &sequence_split_cases() {
+        let sel = h200_selection(c, &mut r);
+        assert!(
+            sel.spec.imp == fa4gen::spec::Impl::Portable
+                && sel.spec.feat.split
+                && sel.num_splits > 1
+                && sel.sequence_splits == (c.sequence_splits != Some(false)),
+            "{}: {} splits={} per sequence={}",
+            c.name(),
+            sel.spec.stem(),
+            sel.num_splits,
+            sel.sequence_splits
         );
     }
 }

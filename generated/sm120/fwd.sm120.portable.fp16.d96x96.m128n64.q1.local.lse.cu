@@ -20,6 +20,7 @@
 #include "fa4gen/seqlens.cuh"
 #include "fa4gen/smem_tile.cuh"
 #include "fa4gen/grid_dependency.cuh"  // launched as the previous kernel's programmatic dependent
+#include "fa4gen/sequence_splits.cuh"  // split: each sequence's own count, where the host asks
 #include "fa4gen/softcap.cuh"
 
 namespace {
@@ -64,7 +65,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 128 && kSmemBytes == 53248, "layout differs from KernelSpec::geometry");
-static_assert(FwdParamsMatch<320, 276, 308, 316>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<328, 276, 308, 320>::value, "FwdParams differs from its Rust twin");
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
@@ -203,8 +204,14 @@ fa4gen_fwd_sm120_portable_fp16_d96x96_m128n64_q1_local_lse(const __grid_constant
   auto key_of = [&](int nb) { return n_base + nb * kTileN; };
   if constexpr (kSplit) {
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
+    // With counts per sequence (FwdParams::split_slots) a split past its sequence's count has
+    // no share: the combine reads only that many partials.
+    __shared__ u64 split_scratch[kThreads / 32];
+    const int splits = sequence_splits<kThreads, kVarlen, kPaged>(p, seq.seqlen_k, kTileN, kBlockM, group,
+                                                                  kPackGqa ? p.heads_kv : p.heads, split_scratch);
     const int split = blockIdx.z % p.num_splits;
-    const int per = (max(n_hi - n_lo, 0) + p.num_splits - 1) / p.num_splits;
+    if (split >= splits) return;
+    const int per = (max(n_hi - n_lo, 0) + splits - 1) / splits;
     const int lo = n_lo + split * per;
     n_hi = min(n_hi, lo + per);
     n_lo = lo;

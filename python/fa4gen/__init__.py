@@ -19,7 +19,7 @@ import threading
 
 import torch
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_combine", "kernel_name", "set_programmatic_launch", "set_varlen_schedule",
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_combine", "kernel_name", "set_programmatic_launch", "set_varlen_schedule", "set_sequence_splits",
            "FA4GenError"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -111,6 +111,9 @@ def _load():
         if hasattr(lib, "fa4gen_set_varlen_schedule"):
             lib.fa4gen_set_varlen_schedule.argtypes = [ctypes.c_void_p, ctypes.c_int32]
             lib.fa4gen_set_varlen_schedule.restype = ctypes.c_int
+        if hasattr(lib, "fa4gen_set_sequence_splits"):
+            lib.fa4gen_set_sequence_splits.argtypes = [ctypes.c_void_p, ctypes.c_int32]
+            lib.fa4gen_set_sequence_splits.restype = ctypes.c_int
         if hasattr(lib, "fa4gen_set_combine_kernel"):
             lib.fa4gen_set_combine_kernel.argtypes = [ctypes.c_void_p, ctypes.c_int32]
             lib.fa4gen_set_combine_kernel.restype = ctypes.c_int
@@ -163,6 +166,10 @@ def _handle(device):
             if os.environ.get("FA4GEN_VARLEN_SCHEDULE") == "0" and hasattr(lib, "fa4gen_set_varlen_schedule"):
                 # Varlen batches on the padded schedule (measuring), not the device's list.
                 _check(lib.fa4gen_set_varlen_schedule(out, 0))
+            shares = os.environ.get("FA4GEN_SEQUENCE_SPLITS")
+            if shares is not None and hasattr(lib, "fa4gen_set_sequence_splits"):
+                # Per-sequence split counts: 0 off (FA4's one count), else shares per CTA slot.
+                _check(lib.fa4gen_set_sequence_splits(out, int(shares)))
             combine = os.environ.get("FA4GEN_COMBINE")
             if combine and hasattr(lib, "fa4gen_set_combine_kernel"):
                 # Force one split-KV combine kernel (measuring): "row" (a CTA per row), "rows".
@@ -571,6 +578,20 @@ def set_varlen_schedule(on, device=None):
     if not hasattr(_lib, "fa4gen_set_varlen_schedule"):
         raise FA4GenError(LIBRARY, "this libfa4gen.so predates fa4gen_set_varlen_schedule: rebuild it")
     _check(_lib.fa4gen_set_varlen_schedule(h, 1 if on else 0))
+
+
+def set_sequence_splits(shares, device=None):
+    """Give each sequence of a split varlen batch its own split count on the device: the
+    batch's K blocks dealt `shares` per CTA slot (2 by default, on decode batches of mixed key
+    lengths; `FA4GEN_SEQUENCE_SPLITS=n` starts a process with n), a sequence taking as many
+    splits as its blocks need, at most the call's count; 0: FA4's one count for every
+    sequence, on `device` (default: the current one). Same results up to the combine's
+    rounding; other values are for measuring."""
+    dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+    h = _handle(dev)  # (loads the library first)
+    if not hasattr(_lib, "fa4gen_set_sequence_splits"):
+        raise FA4GenError(LIBRARY, "this libfa4gen.so predates fa4gen_set_sequence_splits: rebuild it")
+    _check(_lib.fa4gen_set_sequence_splits(h, int(shares)))
 
 
 def set_programmatic_launch(on, device=None):

@@ -769,13 +769,18 @@ DECODE_BATCHES = [  # (name, H, Hkv, d, sinks, [Sk per sequence]): a decode step
     ("llama B 64 all 4k", 32, 8, 128, False, [4096] * 64),
     ("gpt-oss B 32 over 1k..32k", 64, 8, 64, True, [1024 + 1000 * i for i in range(32)]),
     ("gpt-oss B 64 all 4k", 64, 8, 64, True, [4096] * 64),
+    ("llama B 32 over 1k..32k shuffled", 32, 8, 128, False,
+     random.Random(36).sample([1024 + 1000 * i for i in range(32)], 32)),
+    ("llama B 16 all 16k", 32, 8, 128, False, [16384] * 16),
 ]
 
 
 def decode_batches():
     """A decode step as an engine calls it: one query per sequence (packed, cu_seqlens_q), K/V in
     shuffled pages of 16 behind 131072-key block tables with seqused_k and max_seqlen_k, mixed
-    and equal context lengths: the heuristic's split count beside counts by hand, two rounds."""
+    and equal context lengths: the heuristic's split count (each sequence its own, from the batch's
+    K blocks dealt 1, 2 (the default) or 4 shares per CTA slot; and FA4's one count, shares 0)
+    beside counts by hand (one count for every sequence), two rounds."""
     for name, h, hkv, d, sinks, sks in DECODE_BATCHES:
         b = len(sks)
         table, k, v = engine_pages(sks, hkv, d)
@@ -787,11 +792,17 @@ def decode_batches():
         row = dict(bench="decode-batches", name=name, b=b, h=h, hkv=hkv, d=d, sinks=sinks,
                    sum_sk=sum(sks), max_sk=max(sks))
         kv_bytes = 2 * sum(sks) * hkv * d * 2
-        for rnd, order in (("", (0, 1, 2, 3, 4, 6, 8)), ("_again", (8, 6, 4, 3, 2, 1, 0))):
-            for splits in order:
+        # (splits, shares): splits 0 is the heuristic's count, with `shares` per CTA slot.
+        variants = [(0, 2), (0, 0), (0, 1), (0, 4), (1, 2), (2, 2), (4, 2), (8, 2), (16, 2)]
+        for rnd, order in (("", variants), ("_again", variants[::-1])):
+            for splits, shares in order:
+                fa4gen.set_sequence_splits(shares)
                 ms = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, k, v, num_splits=splits, **kw), 1)
-                row[f"ms_{splits if splits else 'heuristic'}{rnd}"] = round(ms, 4)
-        row["kv_tbs_heuristic"] = round(kv_bytes / min(row["ms_heuristic"], row["ms_heuristic_again"]) / 1e9, 2)
+                key = f"heuristic_shares{shares}" if splits == 0 else str(splits)
+                row[f"ms_{key}{rnd}"] = round(ms, 4)
+        fa4gen.set_sequence_splits(2)
+        best = min(row["ms_heuristic_shares2"], row["ms_heuristic_shares2_again"])
+        row["kv_tbs_heuristic"] = round(kv_bytes / best / 1e9, 2)
         emit(**row)
         del q, k, v, kw, table
         torch.cuda.empty_cache()

@@ -92,6 +92,13 @@ def run_varlen_case(rng, device):
     dtype = rng.choice([torch.bfloat16, torch.float16])
     nseq = rng.choice([1, 2, 5, 9])
     lens = [(rng.choice([0, 1, 7, 64, 113, 300, 777]), rng.choice([0, 1, 7, 64, 128, 300, 1000])) for _ in range(nseq)]
+    # A decode step of mixed context lengths (the heuristic splits each sequence by its own
+    # count, from the batch's blocks dealt `shares` per CTA slot; 0: FA4's one count).
+    decode_step = rng.random() < 0.3
+    shares = rng.choice([0, 1, 2, 4]) if decode_step else 2
+    if decode_step:
+        nseq = rng.choice([2, 5, 9, 16])
+        lens = [(1, rng.choice([0, 1, 7, 128, 1000, 5000, 20000])) for _ in range(nseq)]
     hkv, g = rng.choice([1, 2]), rng.choice([1, 4, 8])
     h = hkv * g
     causal = rng.random() < 0.4
@@ -100,7 +107,7 @@ def run_varlen_case(rng, device):
     page = rng.choice([1, 16, 64, 128])
     softcap = rng.choice([0.0, 0.0, 15.0, 30.0])
     sinks = torch.randn(h, device=device) * 2 if rng.random() < 0.4 else None
-    splits = rng.choice([1, 1, 0, 3, 17])
+    splits = 0 if decode_step else rng.choice([1, 1, 0, 3, 17])
     qs = [torch.randn(sq, h, d, device=device, dtype=dtype) for sq, _ in lens]
     ks = [torch.randn(sk, hkv, d, device=device, dtype=dtype) for _, sk in lens]
     vs = [torch.randn(sk, hkv, dv, device=device, dtype=dtype) for _, sk in lens]
@@ -131,10 +138,15 @@ def run_varlen_case(rng, device):
         kw.update(page_table=perm, seqused_k=torch.tensor([sk for _, sk in lens], dtype=torch.int32, device=device))
     out = torch.full((q.shape[0], h, dv), float("nan"), device=device, dtype=dtype)
     lse = torch.full((h, q.shape[0]), float("nan"), device=device, dtype=torch.float32)
-    o, l = fa4gen.flash_attn_varlen_func(q, k, v, causal=causal, window_size=window, learnable_sink=sinks,
-                                         softcap=softcap, num_splits=splits, return_lse=True, out=out, lse=lse, **kw)
+    fa4gen.set_sequence_splits(shares)
+    try:
+        o, l = fa4gen.flash_attn_varlen_func(q, k, v, causal=causal, window_size=window, learnable_sink=sinks,
+                                             softcap=softcap, num_splits=splits, return_lse=True, out=out, lse=lse,
+                                             **kw)
+    finally:
+        fa4gen.set_sequence_splits(2)
     name = (f"varlen {dtype} d{d}x{dv} H{h}/{hkv} lens={lens} k={k_mode} page={page} causal={causal} "
-            f"window={window} softcap={softcap} sinks={sinks is not None} splits={splits}")
+            f"window={window} softcap={softcap} sinks={sinks is not None} splits={splits} shares={shares}")
     s = 1 / math.sqrt(d)
     refs, ref_lses, pts = [], [], []
     for i, (sq, sk) in enumerate(lens):
@@ -369,6 +381,7 @@ def bad_inputs(device):
         ("combine varlen_batch_idx", lambda: fa4gen.flash_attn_combine(
             part, part_lse, out_dtype=bf, varlen_batch_idx=torch.zeros(1, dtype=torch.int32, device=device)),
          NotImplementedError),
+        ("sequence split shares -1", lambda: fa4gen.set_sequence_splits(-1), ValueError),
         ("combine head dim 12", lambda: fa4gen.flash_attn_combine(part[..., :12], part_lse, out_dtype=bf), ValueError),
     ]
     failures = []

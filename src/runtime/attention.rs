@@ -17,7 +17,7 @@ use cudarc::driver::{
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// (bytes, partial-O elements) of the split-KV scratch for `splits` (0 bytes when unsplit).
@@ -158,6 +158,9 @@ pub struct FlashAttention {
     /// Varlen batches dealt by the device's list of their units (on by default; see
     /// [`set_varlen_schedule`](Self::set_varlen_schedule)).
     varlen_schedule: AtomicBool,
+    /// Shares of a batch's K blocks per CTA slot where each sequence takes its own split
+    /// count, 0 off (see [`set_sequence_splits`](Self::set_sequence_splits)).
+    sequence_split_shares: AtomicU32,
     /// [`CombineKernel`] as its `to_u8` (see [`set_combine_kernel`](Self::set_combine_kernel)).
     combine_kernel: AtomicU8,
     #[cfg(feature = "jit")]
@@ -243,6 +246,7 @@ impl FlashAttention {
             orders: Mutex::new(Orders::default()),
             programmatic: AtomicBool::new(true),
             varlen_schedule: AtomicBool::new(true),
+            sequence_split_shares: AtomicU32::new(select::SEQUENCE_SPLIT_SHARES),
             combine_kernel: AtomicU8::new(CombineKernel::Auto.to_u8()),
             #[cfg(feature = "jit")]
             jit: None,
@@ -268,6 +272,16 @@ impl FlashAttention {
     /// results are the same either way; off is for measuring.
     pub fn set_varlen_schedule(&self, on: bool) {
         self.varlen_schedule.store(on, Ordering::Relaxed);
+    }
+
+    /// Give each sequence of a split varlen batch its own split count on the device
+    /// (`Selection::sequence_splits`: by default mixed decode batches): a sequence takes as
+    /// many splits as its K blocks need shares, the batch's blocks being dealt `shares` per CTA
+    /// slot ([`SEQUENCE_SPLIT_SHARES`](select::SEQUENCE_SPLIT_SHARES) by default). 0: FA4's one
+    /// count for every sequence. The results are the same up to the combine's rounding; other
+    /// values are for measuring.
+    pub fn set_sequence_splits(&self, shares: u32) {
+        self.sequence_split_shares.store(shares, Ordering::Relaxed);
     }
 
     /// Which combine kernel reduces split-KV partials (forwards that split, and
@@ -340,17 +354,29 @@ impl FlashAttention {
 
     /// Validate a problem and select its kernel (no GPU work).
     pub fn plan(&self, problem: &Problem) -> Result<(Validated, Selection), Error> {
-        // The handle's switch off: the padded schedule, unless the problem asks itself.
-        let padded;
-        let problem = if problem.varlen.is_some()
-            && problem.varlen_schedule.is_none()
-            && !self.varlen_schedule.load(Ordering::Relaxed)
-        {
-            padded = Problem {
-                varlen_schedule: Some(false),
-                ..problem.clone()
-            };
-            &padded
+        // The handle's switches off: the padded schedule and FA4's one split count, unless the
+        // problem asks itself.
+        let varlen_off =
+            |on: bool, asked: Option<bool>| problem.varlen.is_some() && asked.is_none() && !on;
+        let list_off = varlen_off(
+            self.varlen_schedule.load(Ordering::Relaxed),
+            problem.varlen_schedule,
+        );
+        let shares_off = varlen_off(
+            self.sequence_split_shares.load(Ordering::Relaxed) > 0,
+            problem.sequence_splits,
+        );
+        let switched;
+        let problem = if list_off || shares_off {
+            let mut q = problem.clone();
+            if list_off {
+                q.varlen_schedule = Some(false);
+            }
+            if shares_off {
+                q.sequence_splits = Some(false);
+            }
+            switched = q;
+            &switched
         } else {
             problem
         };
@@ -647,6 +673,12 @@ impl FlashAttention {
         // Loaded only when a launch follows: degenerate calls above need no module.
         let kernel = self.load(&sel.spec)?;
         let mut params = call_params(&v, &ptrs, problem.return_lse, sel.num_splits);
+        if sel.sequence_splits {
+            let slots = self.device.sm_count as u64
+                * u64::from(sel.spec.ctas_per_sm())
+                * u64::from(self.sequence_split_shares.load(Ordering::Relaxed));
+            params.split_slots = slots.min(i32::MAX as u64) as i32;
+        }
         if sel.num_splits > 1 {
             let ws = if ptrs.workspace != 0 {
                 ptrs.workspace

@@ -131,6 +131,14 @@ pub struct Problem {
     /// sequence not forced into pairs; `Some(false)`: the padded schedule (every sequence as the
     /// longest). For tuning and tests.
     pub varlen_schedule: Option<bool>,
+    /// Give each sequence of a varlen batch its own split count on the portable split kernel,
+    /// its K blocks over a share of the batch's per CTA slot, at most the call's count
+    /// (`Selection::sequence_splits`). `None`: fa4gen's default (decode batches of
+    /// per-sequence key lengths whose count is the heuristic's, `mixed_decode_batch`);
+    /// `Some(true)`: every varlen call on the portable split kernel, the count (heuristic or
+    /// `num_splits`) then the most a sequence takes; `Some(false)`: FA4's one count for every
+    /// sequence. For tuning and tests.
+    pub sequence_splits: Option<bool>,
     pub q_strides: Strides,
     pub k_strides: Strides,
     pub v_strides: Strides,
@@ -182,6 +190,7 @@ impl Problem {
             m_major_runs: None,
             lpt_rounds: None,
             varlen_schedule: None,
+            sequence_splits: None,
             q_strides: Strides::contiguous(seqlen_q, heads, head_dim),
             k_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim),
             v_strides: Strides::contiguous(seqlen_k, heads_kv, head_dim_v),

@@ -15,7 +15,8 @@
 // S = Q K^T and the softmax run; the next K load is in flight while O += P V runs.
 // Grid: (ceil(rows / 16), heads_kv, batch * num_splits), rows = Sq * (H / Hkv) packed as (query, head-in-group), group fastest.
 // Features: varlen=true paged=false sink=false softcap=true split=true
-// Split-KV: CTA z = (batch, split) covers the split-th share of its K blocks and writes fp32 O and
+// Split-KV: CTA z = (batch, split) covers the split-th share of its K blocks (of num_splits, or of
+// its sequence's own count where the host asks: sequence_splits.cuh) and writes fp32 O and
 // LSE partials; fa4gen_fwd_sm90_portable_bf16_d256x256_m16n64_q1_causal_packgqa_varlen_softcap_split_combine or _combine_rows (below, same module: a CTA per row, or a group
 // of lanes per row) reduces them.
 #include "fa4gen/fwd_params.cuh"
@@ -25,6 +26,7 @@
 #include "fa4gen/seqlens.cuh"
 #include "fa4gen/smem_tile.cuh"
 #include "fa4gen/grid_dependency.cuh"  // launched as the previous kernel's programmatic dependent
+#include "fa4gen/sequence_splits.cuh"  // split: each sequence's own count, where the host asks
 #include "fa4gen/softcap.cuh"
 #include "fa4gen/block_reduce.cuh"  // the combine's reductions
 
@@ -70,7 +72,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 128 && kSmemBytes == 73984, "layout differs from KernelSpec::geometry");
-static_assert(FwdParamsMatch<320, 276, 308, 316>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<328, 276, 308, 320>::value, "FwdParams differs from its Rust twin");
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
@@ -209,8 +211,14 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m16n64_q1_causal_packgqa_varlen_softcap_s
   auto key_of = [&](int nb) { return n_base + nb * kTileN; };
   if constexpr (kSplit) {
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
+    // With counts per sequence (FwdParams::split_slots) a split past its sequence's count has
+    // no share: the combine reads only that many partials.
+    __shared__ u64 split_scratch[kThreads / 32];
+    const int splits = sequence_splits<kThreads, kVarlen, kPaged>(p, seq.seqlen_k, kTileN, kBlockM, group,
+                                                                  kPackGqa ? p.heads_kv : p.heads, split_scratch);
     const int split = blockIdx.z % p.num_splits;
-    const int per = (max(n_hi - n_lo, 0) + p.num_splits - 1) / p.num_splits;
+    if (split >= splits) return;
+    const int per = (max(n_hi - n_lo, 0) + splits - 1) / splits;
     const int lo = n_lo + split * per;
     n_hi = min(n_hi, lo + per);
     n_lo = lo;
@@ -488,7 +496,9 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m16n64_q1_causal_packgqa_varlen_softcap_s
   grid_dependency_launch();
   const Seq seq(p, batch);
   if (i >= seq.seqlen_q) return;
-  const int splits = p.num_splits;
+  __shared__ u64 split_scratch[kCombineThreads / 32];
+  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
+      p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);
 
   // ---- the first batch of O loads, in flight during the LSE reductions ----
   const int c = tid % kChunks, share = tid / kChunks;
@@ -601,7 +611,10 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m16n64_q1_causal_packgqa_varlen_softcap_s
   grid_dependency_wait();
   grid_dependency_launch();
   const Seq seq(p, batch);
-  const int rows = seq.seqlen_q * p.heads, splits = p.num_splits;
+  __shared__ u64 split_scratch[kCombineThreads / 32];
+  const int rows = seq.seqlen_q * p.heads;
+  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
+      p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);
   // `base` is uniform over the CTA, so every lane of a warp runs each step and its shuffles;
   // a group past the last row computes nothing it loads or stores.
   for (int base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta) {
