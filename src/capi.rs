@@ -379,7 +379,7 @@ pub unsafe extern "C" fn fa4gen_set_varlen_schedule(h: *const Handle, on: i32) -
 }
 
 /// Give each sequence of a split varlen batch its own split count, the batch's K blocks dealt
-/// `shares` per CTA slot (the default 2; mixed decode batches), or FA4's one count for every
+/// `shares` per CTA slot (the default 4; mixed decode batches), or FA4's one count for every
 /// sequence (0): `FlashAttention::set_sequence_splits`.
 ///
 /// # Safety

@@ -79,11 +79,13 @@ pub struct FwdParams {
     /// (1: a run's schedule units heaviest first, the (head, batch) pairs fastest) rather than
     /// head-major (0: each (head, batch)'s blocks of the run together); `Selection::m_major_runs`.
     pub m_major_runs: i32,
-    /// The portable split kernel and its combines: > 0, each sequence of the batch takes its
-    /// own split count, its K blocks over a share of the batch's per CTA slot (this many
-    /// slots), at most `num_splits` (`sequence_splits.cuh`, `Selection::sequence_splits`);
-    /// 0: every sequence `num_splits`.
+    /// The portable split kernel and its combines: with both > 0, each sequence of the batch
+    /// takes its own split count from the batch's lengths, the CTA slots (`split_slots`) and
+    /// the shares of the batch's K blocks dealt per slot (`split_shares`), at most
+    /// `num_splits` (`sequence_splits.cuh`, `Selection::sequence_splits`); 0: every sequence
+    /// `num_splits`.
     pub split_slots: i32,
+    pub split_shares: i32,
 }
 
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.
@@ -93,7 +95,7 @@ unsafe impl cudarc::driver::DeviceRepr for FwdParams {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub size: usize,
-    /// Offsets of `group`, `scale_log2` and the last field, `split_slots` (the size alone
+    /// Offsets of `group`, `scale_log2` and the last field, `split_shares` (the size alone
     /// misses a field added in the struct's tail padding).
     pub group: usize,
     pub scale_log2: usize,
@@ -105,6 +107,6 @@ pub const fn layout() -> Layout {
         size: std::mem::size_of::<FwdParams>(),
         group: std::mem::offset_of!(FwdParams, group),
         scale_log2: std::mem::offset_of!(FwdParams, scale_log2),
-        last: std::mem::offset_of!(FwdParams, split_slots),
+        last: std::mem::offset_of!(FwdParams, split_shares),
     }
 }

@@ -306,11 +306,17 @@ pub const SEQUENCE_SPLIT_MAX: u32 = 16;
 /// the 64-row decode tile), so the bound keeps that under ~8 us.
 pub const SEQUENCE_SPLIT_GRID_SLOTS: usize = 8;
 
-/// Shares of a batch's K blocks per CTA slot, by default, where each sequence takes its own
-/// split count (`FwdParams::split_slots` = the slots times this;
-/// `FlashAttention::set_sequence_splits`): a sequence takes as many splits as its blocks need
-/// shares.
-pub const SEQUENCE_SPLIT_SHARES: u32 = 2;
+/// Shares of a mixed batch's K blocks per CTA slot, by default, where each sequence takes its
+/// own split count (`FwdParams::split_shares`; `FlashAttention::set_sequence_splits`): a
+/// sequence takes as many splits as its blocks need shares. H200, decode steps (pages of 16,
+/// d 128 H 32/8 unless named; `bench_serving.py decode-batches`, session 36), ms at 1 / 2 / 4
+/// shares against FA4's one count (the mixed rule before, 4 splits for these): B 32 over
+/// 1k..32k 0.88 / 0.71 / **0.62** (0.66), shuffled 0.88 / 0.69 / **0.62** (0.62-0.63), B 8
+/// over 1k..32k 0.19 / 0.17 / 0.18 (0.25), B 64 over 256..8k 0.43 / 0.36 / **0.33** (0.385),
+/// gpt-oss B 32 over 1k..32k 0.59 / 0.48 / **0.42** (0.45), one of 32k beside 31 of 1k 0.137
+/// at each (0.25). Fewer shares leave pieces as large as a slot's mean work, which the CTAs
+/// that launch last leave as a tail.
+pub const SEQUENCE_SPLIT_SHARES: u32 = 4;
 
 /// A decode batch whose sequences' key lengths are their own (on the device: `seqused_k`, or
 /// packed K), on sm90, unmasked or causal (a window bounds every sequence's keys).

@@ -215,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, {{ geo.min_ctas }})
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
     // With counts per sequence (FwdParams::split_slots) a split past its sequence's count has
     // no share: the combine reads only that many partials.
-    __shared__ u64 split_scratch[kThreads / 32];
+    __shared__ u64 split_scratch[3 * kThreads / 32];
     const int splits = sequence_splits<kThreads, kVarlen, kPaged>(p, seq.seqlen_k, kTileN, kBlockM, group,
                                                                   kPackGqa ? p.heads_kv : p.heads, split_scratch);
     const int split = blockIdx.z % p.num_splits;
@@ -498,7 +498,7 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
   grid_dependency_launch();
   const Seq seq(p, batch);
   if (i >= seq.seqlen_q) return;
-  __shared__ u64 split_scratch[kCombineThreads / 32];
+  __shared__ u64 split_scratch[3 * kCombineThreads / 32];
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
       p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);
 
@@ -613,7 +613,7 @@ extern "C" __global__ void __launch_bounds__(kCombineThreads)
   grid_dependency_wait();
   grid_dependency_launch();
   const Seq seq(p, batch);
-  __shared__ u64 split_scratch[kCombineThreads / 32];
+  __shared__ u64 split_scratch[3 * kCombineThreads / 32];
   const int rows = seq.seqlen_q * p.heads;
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
       p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);

@@ -65,7 +65,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 128 && kSmemBytes == 94208, "layout differs from KernelSpec::geometry");
-static_assert(FwdParamsMatch<328, 276, 308, 320>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<328, 276, 308, 324>::value, "FwdParams differs from its Rust twin");
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
@@ -206,7 +206,7 @@ fa4gen_fwd_sm100f_portable_bf16_d192x128_m128n64_q1_lse(const __grid_constant__ 
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
     // With counts per sequence (FwdParams::split_slots) a split past its sequence's count has
     // no share: the combine reads only that many partials.
-    __shared__ u64 split_scratch[kThreads / 32];
+    __shared__ u64 split_scratch[3 * kThreads / 32];
     const int splits = sequence_splits<kThreads, kVarlen, kPaged>(p, seq.seqlen_k, kTileN, kBlockM, group,
                                                                   kPackGqa ? p.heads_kv : p.heads, split_scratch);
     const int split = blockIdx.z % p.num_splits;

@@ -582,7 +582,7 @@ def set_varlen_schedule(on, device=None):
 
 def set_sequence_splits(shares, device=None):
     """Give each sequence of a split varlen batch its own split count on the device: the
-    batch's K blocks dealt `shares` per CTA slot (2 by default, on decode batches of mixed key
+    batch's K blocks dealt `shares` per CTA slot (4 by default, on decode batches of mixed key
     lengths; `FA4GEN_SEQUENCE_SPLITS=n` starts a process with n), a sequence taking as many
     splits as its blocks need, at most the call's count; 0: FA4's one count for every
     sequence, on `device` (default: the current one). Same results up to the combine's

@@ -779,7 +779,7 @@ def decode_batches():
     """A decode step as an engine calls it: one query per sequence (packed, cu_seqlens_q), K/V in
     shuffled pages of 16 behind 131072-key block tables with seqused_k and max_seqlen_k, mixed
     and equal context lengths: the heuristic's split count (each sequence its own, from the batch's
-    K blocks dealt 1, 2 (the default) or 4 shares per CTA slot; and FA4's one count, shares 0)
+    K blocks dealt 2, 4 (the default) or 8 shares per CTA slot; and FA4's one count, shares 0)
     beside counts by hand (one count for every sequence), two rounds."""
     for name, h, hkv, d, sinks, sks in DECODE_BATCHES:
         b = len(sks)
@@ -793,15 +793,15 @@ def decode_batches():
                    sum_sk=sum(sks), max_sk=max(sks))
         kv_bytes = 2 * sum(sks) * hkv * d * 2
         # (splits, shares): splits 0 is the heuristic's count, with `shares` per CTA slot.
-        variants = [(0, 2), (0, 0), (0, 1), (0, 4), (1, 2), (2, 2), (4, 2), (8, 2), (16, 2)]
+        variants = [(0, 4), (0, 0), (0, 2), (0, 8), (1, 4), (2, 4), (4, 4), (8, 4), (16, 4)]
         for rnd, order in (("", variants), ("_again", variants[::-1])):
             for splits, shares in order:
                 fa4gen.set_sequence_splits(shares)
                 ms = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, k, v, num_splits=splits, **kw), 1)
                 key = f"heuristic_shares{shares}" if splits == 0 else str(splits)
                 row[f"ms_{key}{rnd}"] = round(ms, 4)
-        fa4gen.set_sequence_splits(2)
-        best = min(row["ms_heuristic_shares2"], row["ms_heuristic_shares2_again"])
+        fa4gen.set_sequence_splits(4)
+        best = min(row["ms_heuristic_shares4"], row["ms_heuristic_shares4_again"])
         row["kv_tbs_heuristic"] = round(kv_bytes / best / 1e9, 2)
         emit(**row)
         del q, k, v, kw, table

@@ -95,7 +95,7 @@ def run_varlen_case(rng, device):
     # A decode step of mixed context lengths (the heuristic splits each sequence by its own
     # count, from the batch's blocks dealt `shares` per CTA slot; 0: FA4's one count).
     decode_step = rng.random() < 0.3
-    shares = rng.choice([0, 1, 2, 4]) if decode_step else 2
+    shares = rng.choice([0, 1, 4, 8]) if decode_step else 4
     if decode_step:
         nseq = rng.choice([2, 5, 9, 16])
         lens = [(1, rng.choice([0, 1, 7, 128, 1000, 5000, 20000])) for _ in range(nseq)]
@@ -144,7 +144,7 @@ def run_varlen_case(rng, device):
                                              softcap=softcap, num_splits=splits, return_lse=True, out=out, lse=lse,
                                              **kw)
     finally:
-        fa4gen.set_sequence_splits(2)
+        fa4gen.set_sequence_splits(4)
     name = (f"varlen {dtype} d{d}x{dv} H{h}/{hkv} lens={lens} k={k_mode} page={page} causal={causal} "
             f"window={window} softcap={softcap} sinks={sinks is not None} splits={splits} shares={shares}")
     s = 1 / math.sqrt(d)

@@ -275,9 +275,10 @@ impl FlashAttention {
     }
 
     /// Give each sequence of a split varlen batch its own split count on the device
-    /// (`Selection::sequence_splits`: by default mixed decode batches): a sequence takes as
-    /// many splits as its K blocks need shares, the batch's blocks being dealt `shares` per CTA
-    /// slot ([`SEQUENCE_SPLIT_SHARES`](select::SEQUENCE_SPLIT_SHARES) by default). 0: FA4's one
+    /// (`Selection::sequence_splits`: by default decode batches of per-sequence key lengths):
+    /// a sequence takes as many splits as its K blocks need shares, the batch's blocks being
+    /// dealt `shares` per CTA slot ([`SEQUENCE_SPLIT_SHARES`](select::SEQUENCE_SPLIT_SHARES) by
+    /// default; lengths within an eighth of their mean: the count that fills one wave). 0: FA4's one
     /// count for every sequence. The results are the same up to the combine's rounding; other
     /// values are for measuring.
     pub fn set_sequence_splits(&self, shares: u32) {
@@ -674,10 +675,10 @@ impl FlashAttention {
         let kernel = self.load(&sel.spec)?;
         let mut params = call_params(&v, &ptrs, problem.return_lse, sel.num_splits);
         if sel.sequence_splits {
-            let slots = self.device.sm_count as u64
-                * u64::from(sel.spec.ctas_per_sm())
-                * u64::from(self.sequence_split_shares.load(Ordering::Relaxed));
+            let slots = self.device.sm_count as u64 * u64::from(sel.spec.ctas_per_sm());
             params.split_slots = slots.min(i32::MAX as u64) as i32;
+            let shares = self.sequence_split_shares.load(Ordering::Relaxed);
+            params.split_shares = shares.min(i32::MAX as u32) as i32;
         }
         if sel.num_splits > 1 {
             let ws = if ptrs.workspace != 0 {

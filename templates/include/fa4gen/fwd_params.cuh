@@ -43,7 +43,7 @@ struct FwdParams {
   float scale_log2;               // exp2 multiplier of a score: scale*log2(e), or softcap*log2(e)
   float softcap_scale;            // softcap: scale / softcap; the score is tanh(qk * softcap_scale)
   int m_major_runs;               // causal runs dealt Q block major, (head, batch) fastest (Tiles::at)
-  int split_slots;                // portable split: > 0, each sequence's own count (sequence_splits.cuh)
+  int split_slots, split_shares;  // portable split: > 0, each sequence's own count (sequence_splits.cuh)
 };
 
 // Whether FwdParams has its Rust twin's layout (`params::layout()`, rendered into each kernel):
@@ -57,7 +57,7 @@ struct FwdParamsMatch {
 #if __has_builtin(__builtin_offsetof)
                                 && __builtin_offsetof(FwdParams, group) == kGroup &&
                                 __builtin_offsetof(FwdParams, scale_log2) == kScale &&
-                                __builtin_offsetof(FwdParams, split_slots) == kLast
+                                __builtin_offsetof(FwdParams, split_shares) == kLast
 #endif
 #endif
       ;

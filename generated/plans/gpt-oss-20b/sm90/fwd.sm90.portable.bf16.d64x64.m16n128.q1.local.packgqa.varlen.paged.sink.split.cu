@@ -72,7 +72,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 128 && kSmemBytes == 40208, "layout differs from KernelSpec::geometry");
-static_assert(FwdParamsMatch<328, 276, 308, 320>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<328, 276, 308, 324>::value, "FwdParams differs from its Rust twin");
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
@@ -213,7 +213,7 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_packgqa_varlen_paged_sink_
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
     // With counts per sequence (FwdParams::split_slots) a split past its sequence's count has
     // no share: the combine reads only that many partials.
-    __shared__ u64 split_scratch[kThreads / 32];
+    __shared__ u64 split_scratch[3 * kThreads / 32];
     const int splits = sequence_splits<kThreads, kVarlen, kPaged>(p, seq.seqlen_k, kTileN, kBlockM, group,
                                                                   kPackGqa ? p.heads_kv : p.heads, split_scratch);
     const int split = blockIdx.z % p.num_splits;
@@ -496,7 +496,7 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_packgqa_varlen_paged_sink_
   grid_dependency_launch();
   const Seq seq(p, batch);
   if (i >= seq.seqlen_q) return;
-  __shared__ u64 split_scratch[kCombineThreads / 32];
+  __shared__ u64 split_scratch[3 * kCombineThreads / 32];
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
       p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);
 
@@ -611,7 +611,7 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_packgqa_varlen_paged_sink_
   grid_dependency_wait();
   grid_dependency_launch();
   const Seq seq(p, batch);
-  __shared__ u64 split_scratch[kCombineThreads / 32];
+  __shared__ u64 split_scratch[3 * kCombineThreads / 32];
   const int rows = seq.seqlen_q * p.heads;
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
       p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);
