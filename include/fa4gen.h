@@ -118,9 +118,9 @@ fa4gen_status fa4gen_set_programmatic_launch(const fa4gen_handle* h, int32_t on)
 fa4gen_status fa4gen_set_varlen_schedule(const fa4gen_handle* h, int32_t on);
 
 /* Give each sequence of a split varlen batch its own split count on the device (shares > 0;
- * the default, 4, on decode batches of per-sequence key lengths): the batch's K blocks are
- * dealt `shares` per CTA slot and a sequence takes as many splits as its blocks need, at most
- * the call's count. 0: FA4's one count for every sequence. Same results up to the combine's
+ * the default, 4, on decode batches of per-sequence key lengths): the grid holds `shares` waves
+ * of CTA slots' worth of (sequence, split) units, one per sequence and the rest dealt by the
+ * sequences' K blocks, at most the call's count each. 0: FA4's one count for every sequence. Same results up to the combine's
  * rounding; other values are for measuring. A negative count is FA4GEN_ERR_INVALID_ARGUMENT. */
 fa4gen_status fa4gen_set_sequence_splits(const fa4gen_handle* h, int32_t shares);
 

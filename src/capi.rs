@@ -378,9 +378,10 @@ pub unsafe extern "C" fn fa4gen_set_varlen_schedule(h: *const Handle, on: i32) -
     })
 }
 
-/// Give each sequence of a split varlen batch its own split count, the batch's K blocks dealt
-/// `shares` per CTA slot (the default 4; mixed decode batches), or FA4's one count for every
-/// sequence (0): `FlashAttention::set_sequence_splits`.
+/// Give each sequence of a split varlen batch its own split count, `shares` waves of CTA
+/// slots' worth of (sequence, split) units dealt by the sequences' K blocks (the default 4;
+/// mixed decode batches), or FA4's one count for every sequence (0):
+/// `FlashAttention::set_sequence_splits`.
 ///
 /// # Safety
 /// `h` null or an open handle.

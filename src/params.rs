@@ -79,13 +79,13 @@ pub struct FwdParams {
     /// (1: a run's schedule units heaviest first, the (head, batch) pairs fastest) rather than
     /// head-major (0: each (head, batch)'s blocks of the run together); `Selection::m_major_runs`.
     pub m_major_runs: i32,
-    /// The portable split kernel and its combines: with both > 0, each sequence of the batch
-    /// takes its own split count from the batch's lengths, the CTA slots (`split_slots`) and
-    /// the shares of the batch's K blocks dealt per slot (`split_shares`), at most
-    /// `num_splits` (`sequence_splits.cuh`, `Selection::sequence_splits`); 0: every sequence
-    /// `num_splits`.
+    /// The portable split kernel and its combines: with `split_units` > 0, each sequence of
+    /// the batch takes its own split count from the batch's lengths and the CTA slots
+    /// (`split_slots`), at most `num_splits`, and the grid's z axis is `split_units`
+    /// (sequence, split) units, at least the batch (`sequence_splits.cuh`,
+    /// `Selection::sequence_splits`); 0: every sequence `num_splits`, z = batch x num_splits.
     pub split_slots: i32,
-    pub split_shares: i32,
+    pub split_units: i32,
 }
 
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.
@@ -95,7 +95,7 @@ unsafe impl cudarc::driver::DeviceRepr for FwdParams {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub size: usize,
-    /// Offsets of `group`, `scale_log2` and the last field, `split_shares` (the size alone
+    /// Offsets of `group`, `scale_log2` and the last field, `split_units` (the size alone
     /// misses a field added in the struct's tail padding).
     pub group: usize,
     pub scale_log2: usize,
@@ -107,6 +107,6 @@ pub const fn layout() -> Layout {
         size: std::mem::size_of::<FwdParams>(),
         group: std::mem::offset_of!(FwdParams, group),
         scale_log2: std::mem::offset_of!(FwdParams, scale_log2),
-        last: std::mem::offset_of!(FwdParams, split_shares),
+        last: std::mem::offset_of!(FwdParams, split_units),
     }
 }

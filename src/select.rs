@@ -80,13 +80,13 @@ pub struct Selection {
     /// The list's capacity in units: batch x the longest sequence's Q blocks (0 without it).
     pub schedule_units: usize,
     /// The portable split kernel over a varlen batch gives each sequence its own split count
-    /// on the device (`sequence_splits.cuh`): the batch's K blocks over the CTA slots give a
-    /// share per slot, and a sequence takes as many splits as its blocks need shares, at most
-    /// `num_splits` (the grid's). FA4's one count sees only the batch's upper bounds, so a
+    /// on the device (`sequence_splits.cuh`), at most `num_splits`: the grid's z axis holds
+    /// [`sequence_split_units`] (sequence, split) units, one per sequence and the rest dealt
+    /// by the sequences' K blocks. FA4's one count sees only the batch's upper bounds, so a
     /// mixed decode step either leaves its longest sequence alone at the end or cuts every
     /// short one into slivers. By default for mixed decode batches with the heuristic's count
     /// (`mixed_decode_batch`), or as `Problem::sequence_splits` says; the runtime passes
-    /// `FwdParams::split_slots`.
+    /// `FwdParams::split_slots` and `split_units` and sizes the grid.
     pub sequence_splits: bool,
     /// The wgmma kernel's schedule: (Q block, head, batch) tiles.
     pub tiles: usize,
@@ -293,30 +293,55 @@ pub const MIXED_DECODE_KEYS_PER_SPLIT: usize = 8192;
 pub const MIXED_DECODE_MAX_SPLITS: u32 = 4;
 
 /// Keys a split of a mixed decode batch's longest sequence holds at least, where each sequence
-/// takes its own count (`Selection::sequence_splits`): the grid's count is the longest's keys
-/// over this, at most [`SEQUENCE_SPLIT_MAX`] and [`SEQUENCE_SPLIT_GRID_SLOTS`] CTAs per slot.
+/// takes its own count (`Selection::sequence_splits`): the call's count, the most a sequence
+/// takes, is the longest's keys over this, at most [`SEQUENCE_SPLIT_MAX`] and
+/// [`SEQUENCE_SPLIT_GRID_SLOTS`] per slot.
 pub const SEQUENCE_SPLIT_MIN_KEYS: usize = 2048;
 
 /// The most splits a mixed decode batch's grid gives a sequence (`Selection::sequence_splits`).
 pub const SEQUENCE_SPLIT_MAX: u32 = 16;
 
-/// CTAs per CTA slot that a mixed decode batch's grid may hold, counting every sequence as the
-/// longest (`Selection::sequence_splits`). The CTAs past their sequence's own count still
-/// launch, read the batch's lengths and exit (about a microsecond each, two slots an SM for
-/// the 64-row decode tile), so the bound keeps that under ~8 us.
-pub const SEQUENCE_SPLIT_GRID_SLOTS: usize = 8;
+/// Partials per CTA slot, counting every sequence at the call's count, that a mixed decode
+/// batch's split workspace may hold (`Selection::sequence_splits`): the grid holds only
+/// [`sequence_split_units`], but the partials are laid out by split for every sequence. 16
+/// per slot is 17 MB at d 128 for eight packed query heads a CTA; it lets a batch of 32 split
+/// its longest sequence 16 times (one of 32k keys beside 31 of 1k, H 32/8, H200: 0.118 ms,
+/// against 0.139 at 8).
+pub const SEQUENCE_SPLIT_GRID_SLOTS: usize = 16;
 
-/// Shares of a mixed batch's K blocks per CTA slot, by default, where each sequence takes its
-/// own split count (`FwdParams::split_shares`; `FlashAttention::set_sequence_splits`): a
-/// sequence takes as many splits as its blocks need shares. H200, decode steps (pages of 16,
-/// d 128 H 32/8 unless named; `bench_serving.py decode-batches`, session 36), ms at 1 / 2 / 4
-/// shares against FA4's one count (the mixed rule before, 4 splits for these): B 32 over
-/// 1k..32k 0.88 / 0.71 / **0.62** (0.66), shuffled 0.88 / 0.69 / **0.62** (0.62-0.63), B 8
-/// over 1k..32k 0.19 / 0.17 / 0.18 (0.25), B 64 over 256..8k 0.43 / 0.36 / **0.33** (0.385),
-/// gpt-oss B 32 over 1k..32k 0.59 / 0.48 / **0.42** (0.45), one of 32k beside 31 of 1k 0.137
-/// at each (0.25). Fewer shares leave pieces as large as a slot's mean work, which the CTAs
-/// that launch last leave as a tail.
+/// Waves of CTA slots' worth of (sequence, split) units, by default, where each sequence takes
+/// its own split count ([`sequence_split_units`]; `FlashAttention::set_sequence_splits`): past
+/// one unit per sequence, the units are dealt by the sequences' K blocks. H200, decode steps
+/// (pages of 16, d 128 H 32/8 unless named; `bench_serving.py decode-batches`, session 37), ms
+/// at 2 / **4** / 8 waves against FA4's one count (the rule before): B 32 over 1k..32k 0.70 /
+/// **0.63** / 0.62 (0.66), B 8 over 1k..32k 0.186 / **0.178** / 0.178 (0.256), B 64 over
+/// 256..8k 0.350 / **0.325** / 0.332 (0.386), one of 32k beside 31 of 1k 0.097 / **0.100** /
+/// 0.105 (0.254), gpt-oss B 32 over 1k..32k 0.465 / **0.429** / 0.421 (0.445); equal lengths
+/// take one wave's count at any: B 8 all 8k 0.088 (0.083), gpt-oss B 64 all 4k 0.201 (0.195).
+/// Fewer waves leave pieces as large as a slot's mean work, which the CTAs that launch last
+/// leave as a tail; more cut every sequence finer.
 pub const SEQUENCE_SPLIT_SHARES: u32 = 4;
+
+/// The forward's grid z extent where each sequence takes its own split count
+/// (`Selection::sequence_splits`, `sequence_splits.cuh`): one (sequence, split) unit per
+/// sequence and `shares` waves of the CTA slots' worth more, each unit `cta_heads` CTAs, at
+/// most `num_splits` per sequence. At least the batch, which the device's counts rely on.
+pub fn sequence_split_units(
+    batch: usize,
+    num_splits: u32,
+    cta_heads: u32,
+    slots: u64,
+    shares: u32,
+) -> u32 {
+    let batch = batch as u64;
+    let extra = slots
+        .saturating_mul(u64::from(shares))
+        .div_ceil(u64::from(cta_heads.max(1)));
+    batch
+        .saturating_add(extra)
+        .min(batch.saturating_mul(u64::from(num_splits.max(1))))
+        .min(u64::from(u32::MAX)) as u32
+}
 
 /// A decode batch whose sequences' key lengths are their own (on the device: `seqused_k`, or
 /// packed K), on sm90, unmasked or causal (a window bounds every sequence's keys).
@@ -641,9 +666,9 @@ pub fn select_with(
                     // A decode batch of per-sequence key lengths: the longest may stand
                     // alone, so it is split whatever the other sequences fill.
                     let n = if p.sequence_splits != Some(false) {
-                        // Each sequence takes its own count on the device; this one, the
-                        // grid's, is the most the longest may take: splits of at least
-                        // SEQUENCE_SPLIT_MIN_KEYS keys, as many as the grid's bound allows.
+                        // Each sequence takes its own count on the device; this one is
+                        // the most the longest may take: splits of at least
+                        // SEQUENCE_SPLIT_MIN_KEYS keys, as many as the partials' bound allows.
                         per_sequence = true;
                         let ctas = p.batch * ctas_heads * m_blocks;
                         let room = SEQUENCE_SPLIT_GRID_SLOTS * slots as usize / ctas.max(1);
@@ -1622,6 +1647,21 @@ mod tests {
     }
 
     #[test]
+    fn sequence_split_units_hold_every_sequence_and_the_shares() {
+        // B 32 at 8 CTA heads on 264 slots: 4 waves' worth is 132 units past the batch's.
+        assert_eq!(sequence_split_units(32, 16, 8, 264, 4), 32 + 132);
+        // At most the call's count for every sequence; at least one unit each.
+        assert_eq!(sequence_split_units(8, 16, 8, 264, 4), 8 * 16);
+        assert_eq!(sequence_split_units(1000, 2, 32, 264, 1), 1000 + 9);
+        assert_eq!(sequence_split_units(5, 1, 8, 264, 4), 5);
+        // No overflow at the extremes.
+        assert_eq!(
+            sequence_split_units(usize::MAX, u32::MAX, 0, u64::MAX, u32::MAX),
+            u32::MAX
+        );
+    }
+
+    #[test]
     fn mixed_decode_batches_split_their_longest_sequence() {
         // The decode-batches sweep's shapes (session 35) as the drop-in makes them: one query
         // per sequence (packed), pages of 16 behind 131072-key tables, seqused_k, Sk the
@@ -1655,19 +1695,19 @@ mod tests {
             assert!(!one.sequence_splits);
             (s.num_splits, one.num_splits)
         };
-        // (B, H, Hkv, d, sinks, longest keys, the grid's splits with counts per sequence (the
-        // most a sequence takes: the longest's keys over 2048, at most 8 CTAs per slot and
-        // 16), and FA4's one count for every sequence): mixed lengths first.
+        // (B, H, Hkv, d, sinks, longest keys, the call's count with counts per sequence (the
+        // most a sequence takes: the longest's keys over 2048, at most 16 partials per slot
+        // and 16), and FA4's one count for every sequence): mixed lengths first.
         let sweep = [
-            (32, 32, 8, 128, false, 32024, 8, 4), // 1k..32k: 0.661 ms at 4 (6: 0.639, 1: 0.961)
-            (8, 32, 8, 128, false, 31824, 16, 4), // FA4's count already 4 (8: 0.202, -20%)
-            (64, 32, 8, 128, false, 7942, 4, 1),  // under 12k keys: FA4's 1 (4: 0.330)
-            (128, 32, 8, 128, false, 4037, 2, 1), // 1: 0.343 (2 splits 0.336)
-            (32, 32, 8, 128, false, 32768, 8, 4), // one of 32k, 31 of 1k: 0.250 (1: 0.905)
-            (32, 64, 8, 64, true, 32024, 8, 4),   // gpt-oss 1k..32k: 0.442 (1: 0.657)
-            (64, 32, 8, 128, false, 4096, 2, 1),  // all 4k: 0.293 (2: 0.302)
-            (8, 32, 8, 128, false, 8192, 4, 4),   // all 8k: FA4's 4, 0.081
-            (64, 64, 8, 64, true, 4096, 2, 1),    // gpt-oss all 4k: 0.195 (2: 0.200)
+            (32, 32, 8, 128, false, 32024, 16, 4), // 1k..32k: 0.661 ms at 4 (6: 0.639, 1: 0.961)
+            (8, 32, 8, 128, false, 31824, 16, 4),  // FA4's count already 4 (8: 0.202, -20%)
+            (64, 32, 8, 128, false, 7942, 4, 1),   // under 12k keys: FA4's 1 (4: 0.330)
+            (128, 32, 8, 128, false, 4037, 2, 1),  // 1: 0.343 (2 splits 0.336)
+            (32, 32, 8, 128, false, 32768, 16, 4), // one of 32k, 31 of 1k: 0.250 (1: 0.905)
+            (32, 64, 8, 64, true, 32024, 16, 4),   // gpt-oss 1k..32k: 0.442 (1: 0.657)
+            (64, 32, 8, 128, false, 4096, 2, 1),   // all 4k: 0.293 (2: 0.302)
+            (8, 32, 8, 128, false, 8192, 4, 4),    // all 8k: FA4's 4, 0.081
+            (64, 64, 8, 64, true, 4096, 2, 1),     // gpt-oss all 4k: 0.195 (2: 0.200)
         ];
         for (b, h, hkv, d, sinks, max_sk, per_sequence, one) in sweep {
             assert_eq!(

@@ -122,6 +122,8 @@ struct Case {
     /// `Problem::sequence_splits`: each sequence's own split count forced on or off (else
     /// selection's rule).
     sequence_splits: Option<bool>,
+    /// `FlashAttention::set_sequence_splits`: waves of (sequence, split) units.
+    shares: u32,
 }
 
 impl Case {
@@ -148,6 +150,7 @@ impl Case {
             combine: CombineKernel::Auto,
             schedule: None,
             sequence_splits: None,
+            shares: fa4gen::select::SEQUENCE_SPLIT_SHARES,
         }
     }
 
@@ -194,7 +197,7 @@ impl Case {
             format!("{:?}", self.seqs)
         };
         format!(
-            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?} combine={:?} schedule={:?} seq_splits={:?}",
+            "{:?} d{}x{} H{}/{} {seqs} q_packed={} k={:?} causal={} window={:?} pack={:?} softcap={} sinks={} splits={} late={:?} pairs={:?} tile={:?} fill={:?} combine={:?} schedule={:?} seq_splits={:?} shares={}",
             self.dtype,
             self.d,
             self.dv,
@@ -214,7 +217,8 @@ impl Case {
             self.fill,
             self.combine,
             self.schedule,
-            self.sequence_splits
+            self.sequence_splits,
+            self.shares
         )
     }
 }
@@ -444,6 +448,7 @@ fn run_case(
     };
     let bt = build(c, &data, rng);
     fa.set_combine_kernel(c.combine);
+    fa.set_sequence_splits(c.shares);
     let (dq, dk, dv) = (
         up16(stream, c.dtype, &bt.q)?,
         up16(stream, c.dtype, &bt.k)?,
@@ -1697,10 +1702,11 @@ fn varlen_schedule_cases_select_the_list() {
 
 /// Split varlen batches whose sequences each take their own split count
 /// (`Selection::sequence_splits`): decode steps of mixed context lengths (the default rule: the
-/// heuristic's count the most a sequence takes, its own from the batch's blocks per CTA slot),
-/// with sequences without keys, one key, one block and 100k keys; and ragged prefill batches
-/// with the rule forced on an explicit count (7, 17, 60) under windows, through both combine
-/// kernels. K
+/// heuristic's count the most a sequence takes, its own dealt on the device), with sequences
+/// without keys, one key, one block and 100k keys, at 1, 4, 16 and 64 waves of units (64: every
+/// count at the call's, units left over); and ragged prefill batches with the rule forced on an
+/// explicit count (7, 17, 60) under windows, at 0 waves (one split each) too, through both
+/// combine kernels. K
 /// packed, batched (seqused_k) and in pages of 16, 64 and 128; GQA packed and not; sinks,
 /// softcap, fp16.
 fn sequence_split_cases() -> Vec<Case> {
@@ -1743,6 +1749,7 @@ fn sequence_split_cases() -> Vec<Case> {
             c.num_splits = 0;
             c.dtype = DType::ALL[n % 2];
             c.combine = COMBINES[n % 3];
+            c.shares = [4, 1, 16, 64][(i + j) % 4];
             cases.push(c.clone());
             if n % 4 == 0 {
                 c.sequence_splits = Some(false); // FA4's one count, for the same batch
@@ -1774,6 +1781,7 @@ fn sequence_split_cases() -> Vec<Case> {
             c.pack_gqa = Some(k != 0);
             c.num_splits = ns;
             c.sequence_splits = Some(true);
+            c.shares = [4, 0, 64][(i + 2 * k) % 3];
             c.combine = COMBINES[(i + k) % 3];
             cases.push(c);
         }

@@ -67,6 +67,17 @@ constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 
 static_assert(kThreads == 128 && kSmemBytes == 53248, "layout differs from KernelSpec::geometry");
 static_assert(FwdParamsMatch<328, 276, 308, 324>::value, "FwdParams differs from its Rust twin");
 
+// Split: the (sequence, split) unit this CTA holds under counts per sequence (split_unit
+// leaves it here; the K/V loads and the epilogue read it rather than hold it in registers), or
+// the grid's z = batch * num_splits + split.
+__shared__ u64 split_scratch[kSplitScratch<kThreads>];
+FA4_DEVICE int unit_batch(const FwdParams& p, int z) {
+  return p.split_units > 0 ? (int)split_unit_slot<kThreads>(split_scratch)[0] : z / p.num_splits;
+}
+FA4_DEVICE int unit_split(const FwdParams& p, int z) {
+  return p.split_units > 0 ? (int)split_unit_slot<kThreads>(split_scratch)[1] : z % p.num_splits;
+}
+
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
 // rather than held across the main loop: at 255 registers a held 64-bit base spills.
@@ -74,7 +85,7 @@ template <int COLS, class Rows>
 FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64 batch_stride, i64 head_stride,
                               i64 row_stride, int nb, int n0, int seqlen_k, int cols_valid, const int* page_entries) {
   const int z = (int)block_index_z_fresh();
-  const int b = kSplit ? z / p.num_splits : z;
+  const int b = kSplit ? unit_batch(p, z) : z;
   const int hkv = kPackGqa ? (int)block_index_y_fresh() : (int)block_index_y_fresh() / p.group;
   const u16* head_base = base + hkv * head_stride;
   if constexpr (kPaged) {
@@ -175,7 +186,16 @@ fa4gen_fwd_sm90_portable_fp16_d96x96_m128n64_q1(const __grid_constant__ FwdParam
   grid_dependency_launch();
 
   // ---- which sequence, rows, head and keys ----
-  const int batch = kSplit ? blockIdx.z / p.num_splits : blockIdx.z;
+  // Split with counts per sequence: the grid's z is (sequence, split) units, the batch's
+  // sequences' counts in turn; a unit no sequence takes exits.
+  int batch = blockIdx.z, splits = 1, split = 0;
+  if constexpr (kSplit) {
+    const SplitUnit unit = split_unit<kThreads, kVarlen, kPaged>(
+        p, blockIdx.z, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
+        split_scratch);
+    if (unit.batch < 0) return;
+    batch = unit.batch, splits = unit.splits, split = unit.split;
+  }
   const Seq seq(p, batch);
   // Causal/local blocks further down the Q axis see more keys: launch them first.
   const int m_block = kMask == MaskKind::None ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
@@ -204,13 +224,6 @@ fa4gen_fwd_sm90_portable_fp16_d96x96_m128n64_q1(const __grid_constant__ FwdParam
   auto key_of = [&](int nb) { return n_base + nb * kTileN; };
   if constexpr (kSplit) {
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
-    // With counts per sequence (FwdParams::split_slots) a split past its sequence's count has
-    // no share: the combine reads only that many partials.
-    __shared__ u64 split_scratch[3 * kThreads / 32];
-    const int splits = sequence_splits<kThreads, kVarlen, kPaged>(p, seq.seqlen_k, kTileN, kBlockM, group,
-                                                                  kPackGqa ? p.heads_kv : p.heads, split_scratch);
-    const int split = blockIdx.z % p.num_splits;
-    if (split >= splits) return;
     const int per = (max(n_hi - n_lo, 0) + splits - 1) / splits;
     const int lo = n_lo + split * per;
     n_hi = min(n_hi, lo + per);
@@ -402,7 +415,7 @@ fa4gen_fwd_sm90_portable_fp16_d96x96_m128n64_q1(const __grid_constant__ FwdParam
   });
   if constexpr (kWriteLse || kSplit) {
     if (t == 0) {
-      float* lse_out = kSplit ? p.lse_partial + (blockIdx.z % p.num_splits) * p.lse_partial_split_stride : p.lse;
+      float* lse_out = kSplit ? p.lse_partial + unit_split(p, blockIdx.z) * p.lse_partial_split_stride : p.lse;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -414,7 +427,7 @@ fa4gen_fwd_sm90_portable_fp16_d96x96_m128n64_q1(const __grid_constant__ FwdParam
   }
   if constexpr (kSplit) {
     // fp32 partial O straight from the accumulators: 8-byte stores, a quad covers 32 bytes.
-    float* o_part = p.o_partial + (blockIdx.z % p.num_splits) * p.o_partial_split_stride;
+    float* o_part = p.o_partial + unit_split(p, blockIdx.z) * p.o_partial_split_stride;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll

@@ -168,7 +168,7 @@ def _handle(device):
                 _check(lib.fa4gen_set_varlen_schedule(out, 0))
             shares = os.environ.get("FA4GEN_SEQUENCE_SPLITS")
             if shares is not None and hasattr(lib, "fa4gen_set_sequence_splits"):
-                # Per-sequence split counts: 0 off (FA4's one count), else shares per CTA slot.
+                # Per-sequence split counts: 0 off (FA4's one count), else waves of units.
                 _check(lib.fa4gen_set_sequence_splits(out, int(shares)))
             combine = os.environ.get("FA4GEN_COMBINE")
             if combine and hasattr(lib, "fa4gen_set_combine_kernel"):
@@ -582,10 +582,10 @@ def set_varlen_schedule(on, device=None):
 
 def set_sequence_splits(shares, device=None):
     """Give each sequence of a split varlen batch its own split count on the device: the
-    batch's K blocks dealt `shares` per CTA slot (4 by default, on decode batches of mixed key
-    lengths; `FA4GEN_SEQUENCE_SPLITS=n` starts a process with n), a sequence taking as many
-    splits as its blocks need, at most the call's count; 0: FA4's one count for every
-    sequence, on `device` (default: the current one). Same results up to the combine's
+    grid holds `shares` waves of CTA slots' worth of (sequence, split) units (4 by default, on
+    decode batches of mixed key lengths; `FA4GEN_SEQUENCE_SPLITS=n` starts a process with n),
+    one per sequence and the rest dealt by the sequences' K blocks, at most the call's count
+    each; 0: FA4's one count for every sequence, on `device` (default: the current one). Same results up to the combine's
     rounding; other values are for measuring."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     h = _handle(dev)  # (loads the library first)

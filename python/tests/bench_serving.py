@@ -778,9 +778,10 @@ DECODE_BATCHES = [  # (name, H, Hkv, d, sinks, [Sk per sequence]): a decode step
 def decode_batches():
     """A decode step as an engine calls it: one query per sequence (packed, cu_seqlens_q), K/V in
     shuffled pages of 16 behind 131072-key block tables with seqused_k and max_seqlen_k, mixed
-    and equal context lengths: the heuristic's split count (each sequence its own, from the batch's
-    K blocks dealt 2, 4 (the default) or 8 shares per CTA slot; and FA4's one count, shares 0)
-    beside counts by hand (one count for every sequence), two rounds."""
+    and equal context lengths: the heuristic's split count (each sequence its own, 2, 4 (the
+    default) or 8 waves of CTA slots' worth of (sequence, split) units dealt by the sequences' K
+    blocks; and FA4's one count, shares 0) beside counts by hand (one count for every sequence),
+    two rounds."""
     for name, h, hkv, d, sinks, sks in DECODE_BATCHES:
         b = len(sks)
         table, k, v = engine_pages(sks, hkv, d)
@@ -792,7 +793,7 @@ def decode_batches():
         row = dict(bench="decode-batches", name=name, b=b, h=h, hkv=hkv, d=d, sinks=sinks,
                    sum_sk=sum(sks), max_sk=max(sks))
         kv_bytes = 2 * sum(sks) * hkv * d * 2
-        # (splits, shares): splits 0 is the heuristic's count, with `shares` per CTA slot.
+        # (splits, shares): splits 0 is the heuristic's count, with `shares` waves of units.
         variants = [(0, 4), (0, 0), (0, 2), (0, 8), (1, 4), (2, 4), (4, 4), (8, 4), (16, 4)]
         for rnd, order in (("", variants), ("_again", variants[::-1])):
             for splits, shares in order:

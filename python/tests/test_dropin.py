@@ -93,7 +93,7 @@ def run_varlen_case(rng, device):
     nseq = rng.choice([1, 2, 5, 9])
     lens = [(rng.choice([0, 1, 7, 64, 113, 300, 777]), rng.choice([0, 1, 7, 64, 128, 300, 1000])) for _ in range(nseq)]
     # A decode step of mixed context lengths (the heuristic splits each sequence by its own
-    # count, from the batch's blocks dealt `shares` per CTA slot; 0: FA4's one count).
+    # count, `shares` waves of units dealt by the sequences' blocks; 0: FA4's one count).
     decode_step = rng.random() < 0.3
     shares = rng.choice([0, 1, 4, 8]) if decode_step else 4
     if decode_step:

@@ -158,8 +158,8 @@ pub struct FlashAttention {
     /// Varlen batches dealt by the device's list of their units (on by default; see
     /// [`set_varlen_schedule`](Self::set_varlen_schedule)).
     varlen_schedule: AtomicBool,
-    /// Shares of a batch's K blocks per CTA slot where each sequence takes its own split
-    /// count, 0 off (see [`set_sequence_splits`](Self::set_sequence_splits)).
+    /// Waves of CTA slots' worth of (sequence, split) units where each sequence takes its own
+    /// split count, 0 off (see [`set_sequence_splits`](Self::set_sequence_splits)).
     sequence_split_shares: AtomicU32,
     /// [`CombineKernel`] as its `to_u8` (see [`set_combine_kernel`](Self::set_combine_kernel)).
     combine_kernel: AtomicU8,
@@ -276,11 +276,11 @@ impl FlashAttention {
 
     /// Give each sequence of a split varlen batch its own split count on the device
     /// (`Selection::sequence_splits`: by default decode batches of per-sequence key lengths):
-    /// a sequence takes as many splits as its K blocks need shares, the batch's blocks being
-    /// dealt `shares` per CTA slot ([`SEQUENCE_SPLIT_SHARES`](select::SEQUENCE_SPLIT_SHARES) by
-    /// default; lengths within an eighth of their mean: the count that fills one wave). 0: FA4's one
-    /// count for every sequence. The results are the same up to the combine's rounding; other
-    /// values are for measuring.
+    /// the grid holds `shares` waves of CTA slots' worth of (sequence, split) units
+    /// ([`SEQUENCE_SPLIT_SHARES`](select::SEQUENCE_SPLIT_SHARES) by default), one per sequence
+    /// and the rest dealt by the sequences' K blocks (lengths within an eighth of their mean:
+    /// the count that fills one wave). 0: FA4's one count for every sequence. The results are
+    /// the same up to the combine's rounding; other values are for measuring.
     pub fn set_sequence_splits(&self, shares: u32) {
         self.sequence_split_shares.store(shares, Ordering::Relaxed);
     }
@@ -674,11 +674,19 @@ impl FlashAttention {
         // Loaded only when a launch follows: degenerate calls above need no module.
         let kernel = self.load(&sel.spec)?;
         let mut params = call_params(&v, &ptrs, problem.return_lse, sel.num_splits);
+        // Counts per sequence: the grid's z axis is (sequence, split) units.
+        let mut grid = sel.grid;
         if sel.sequence_splits {
             let slots = self.device.sm_count as u64 * u64::from(sel.spec.ctas_per_sm());
             params.split_slots = slots.min(i32::MAX as u64) as i32;
-            let shares = self.sequence_split_shares.load(Ordering::Relaxed);
-            params.split_shares = shares.min(i32::MAX as u32) as i32;
+            grid.2 = select::sequence_split_units(
+                problem.batch,
+                sel.num_splits,
+                grid.1,
+                slots,
+                self.sequence_split_shares.load(Ordering::Relaxed),
+            );
+            params.split_units = grid.2 as i32; // (at most batch * num_splits <= 65535)
         }
         if sel.num_splits > 1 {
             let ws = if ptrs.workspace != 0 {
@@ -697,7 +705,6 @@ impl FlashAttention {
         // In pairs the grid is at most the pairs the device holds at once (persistent CTAs
         // waiting for an SM would run their tiles after everyone else's).
         let pairs = sel.pairs && kernel.max_pairs > 0;
-        let mut grid = sel.grid;
         if pairs {
             grid.0 = grid.0.min(super::cluster::PAIR * kernel.max_pairs);
         }

@@ -132,7 +132,7 @@ pub struct Problem {
     /// longest). For tuning and tests.
     pub varlen_schedule: Option<bool>,
     /// Give each sequence of a varlen batch its own split count on the portable split kernel,
-    /// its K blocks over a share of the batch's per CTA slot, at most the call's count
+    /// dealt on the device by its K blocks, at most the call's count
     /// (`Selection::sequence_splits`). `None`: fa4gen's default (decode batches of
     /// per-sequence key lengths whose count is the heuristic's, `mixed_decode_batch`);
     /// `Some(true)`: every varlen call on the portable split kernel, the count (heuristic or

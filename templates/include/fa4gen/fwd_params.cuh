@@ -38,12 +38,12 @@ struct FwdParams {
   int group;                      // heads / heads_kv
   int window_left, window_right;  // Local kernels; an unbounded side is seqlen_q + seqlen_k
   int page_size;                  // paged: keys per page
-  int num_splits;                 // split: K ranges (gridDim.z = batch * num_splits)
+  int num_splits;                 // split: K ranges (gridDim.z = batch * num_splits, or split_units)
   int tail_round, tail_units, tail_blocks;  // split tail (tail_units > 0): its first round, units, blocks per tile
   float scale_log2;               // exp2 multiplier of a score: scale*log2(e), or softcap*log2(e)
   float softcap_scale;            // softcap: scale / softcap; the score is tanh(qk * softcap_scale)
   int m_major_runs;               // causal runs dealt Q block major, (head, batch) fastest (Tiles::at)
-  int split_slots, split_shares;  // portable split: > 0, each sequence's own count (sequence_splits.cuh)
+  int split_slots, split_units;   // portable split: > 0, each sequence's own count (sequence_splits.cuh)
 };
 
 // Whether FwdParams has its Rust twin's layout (`params::layout()`, rendered into each kernel):
@@ -57,7 +57,7 @@ struct FwdParamsMatch {
 #if __has_builtin(__builtin_offsetof)
                                 && __builtin_offsetof(FwdParams, group) == kGroup &&
                                 __builtin_offsetof(FwdParams, scale_log2) == kScale &&
-                                __builtin_offsetof(FwdParams, split_shares) == kLast
+                                __builtin_offsetof(FwdParams, split_units) == kLast
 #endif
 #endif
       ;

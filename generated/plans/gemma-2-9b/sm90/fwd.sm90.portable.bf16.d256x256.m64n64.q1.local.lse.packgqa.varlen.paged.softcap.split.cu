@@ -11,10 +11,11 @@
 //
 // Pipeline per K block (one K and one V buffer, FA2's interleave): the V load is in flight while
 // S = Q K^T and the softmax run; the next K load is in flight while O += P V runs.
-// Grid: (ceil(rows / 64), heads_kv, batch * num_splits), rows = Sq * (H / Hkv) packed as (query, head-in-group), group fastest.
+// Grid: (ceil(rows / 64), heads_kv, batch * num_splits or split_units), rows = Sq * (H / Hkv) packed as (query, head-in-group), group fastest.
 // Features: varlen=true paged=true sink=false softcap=true split=true
-// Split-KV: CTA z = (batch, split) covers the split-th share of its K blocks (of num_splits, or of
-// its sequence's own count where the host asks: sequence_splits.cuh) and writes fp32 O and
+// Split-KV: CTA z = (batch, split) covers the split-th share of its K blocks, of num_splits, or,
+// where the host asks, of the sequence's own count, z a (sequence, split) unit
+// (sequence_splits.cuh); it writes fp32 O and
 // LSE partials; fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa_varlen_paged_softcap_split_combine or _combine_rows (below, same module: a CTA per row, or a group
 // of lanes per row) reduces them.
 #include "fa4gen/fwd_params.cuh"
@@ -72,6 +73,17 @@ constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 
 static_assert(kThreads == 128 && kSmemBytes == 101904, "layout differs from KernelSpec::geometry");
 static_assert(FwdParamsMatch<328, 276, 308, 324>::value, "FwdParams differs from its Rust twin");
 
+// Split: the (sequence, split) unit this CTA holds under counts per sequence (split_unit
+// leaves it here; the K/V loads and the epilogue read it rather than hold it in registers), or
+// the grid's z = batch * num_splits + split.
+__shared__ u64 split_scratch[kSplitScratch<kThreads>];
+FA4_DEVICE int unit_batch(const FwdParams& p, int z) {
+  return p.split_units > 0 ? (int)split_unit_slot<kThreads>(split_scratch)[0] : z / p.num_splits;
+}
+FA4_DEVICE int unit_split(const FwdParams& p, int z) {
+  return p.split_units > 0 ? (int)split_unit_slot<kThreads>(split_scratch)[1] : z % p.num_splits;
+}
+
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
 // rather than held across the main loop: at 255 registers a held 64-bit base spills.
@@ -79,7 +91,7 @@ template <int COLS, class Rows>
 FA4_DEVICE void load_kv_block(u32 smem, const FwdParams& p, const u16* base, i64 batch_stride, i64 head_stride,
                               i64 row_stride, int nb, int n0, int seqlen_k, int cols_valid, const int* page_entries) {
   const int z = (int)block_index_z_fresh();
-  const int b = kSplit ? z / p.num_splits : z;
+  const int b = kSplit ? unit_batch(p, z) : z;
   const int hkv = kPackGqa ? (int)block_index_y_fresh() : (int)block_index_y_fresh() / p.group;
   const u16* head_base = base + hkv * head_stride;
   if constexpr (kPaged) {
@@ -180,7 +192,16 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa_varlen_paged_
   grid_dependency_launch();
 
   // ---- which sequence, rows, head and keys ----
-  const int batch = kSplit ? blockIdx.z / p.num_splits : blockIdx.z;
+  // Split with counts per sequence: the grid's z is (sequence, split) units, the batch's
+  // sequences' counts in turn; a unit no sequence takes exits.
+  int batch = blockIdx.z, splits = 1, split = 0;
+  if constexpr (kSplit) {
+    const SplitUnit unit = split_unit<kThreads, kVarlen, kPaged>(
+        p, blockIdx.z, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
+        split_scratch);
+    if (unit.batch < 0) return;
+    batch = unit.batch, splits = unit.splits, split = unit.split;
+  }
   const Seq seq(p, batch);
   // Causal/local blocks further down the Q axis see more keys: launch them first.
   const int m_block = kMask == MaskKind::None ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
@@ -209,13 +230,6 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa_varlen_paged_
   auto key_of = [&](int nb) { return n_base + nb * kTileN; };
   if constexpr (kSplit) {
     // This split's share of the CTA's K blocks; a share may be empty (O = 0, LSE = -inf).
-    // With counts per sequence (FwdParams::split_slots) a split past its sequence's count has
-    // no share: the combine reads only that many partials.
-    __shared__ u64 split_scratch[3 * kThreads / 32];
-    const int splits = sequence_splits<kThreads, kVarlen, kPaged>(p, seq.seqlen_k, kTileN, kBlockM, group,
-                                                                  kPackGqa ? p.heads_kv : p.heads, split_scratch);
-    const int split = blockIdx.z % p.num_splits;
-    if (split >= splits) return;
     const int per = (max(n_hi - n_lo, 0) + splits - 1) / splits;
     const int lo = n_lo + split * per;
     n_hi = min(n_hi, lo + per);
@@ -407,7 +421,7 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa_varlen_paged_
   });
   if constexpr (kWriteLse || kSplit) {
     if (t == 0) {
-      float* lse_out = kSplit ? p.lse_partial + (blockIdx.z % p.num_splits) * p.lse_partial_split_stride : p.lse;
+      float* lse_out = kSplit ? p.lse_partial + unit_split(p, blockIdx.z) * p.lse_partial_split_stride : p.lse;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -419,7 +433,7 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa_varlen_paged_
   }
   if constexpr (kSplit) {
     // fp32 partial O straight from the accumulators: 8-byte stores, a quad covers 32 bytes.
-    float* o_part = p.o_partial + (blockIdx.z % p.num_splits) * p.o_partial_split_stride;
+    float* o_part = p.o_partial + unit_split(p, blockIdx.z) * p.o_partial_split_stride;
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -494,9 +508,10 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa_varlen_paged_
   grid_dependency_launch();
   const Seq seq(p, batch);
   if (i >= seq.seqlen_q) return;
-  __shared__ u64 split_scratch[3 * kCombineThreads / 32];
+  __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
-      p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);
+      p, batch, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
+      combine_scratch);
 
   // ---- the first batch of O loads, in flight during the LSE reductions ----
   const int c = tid % kChunks, share = tid / kChunks;
@@ -609,10 +624,11 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m64n64_q1_local_lse_packgqa_varlen_paged_
   grid_dependency_wait();
   grid_dependency_launch();
   const Seq seq(p, batch);
-  __shared__ u64 split_scratch[3 * kCombineThreads / 32];
+  __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
   const int rows = seq.seqlen_q * p.heads;
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
-      p, seq.seqlen_k, kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads, split_scratch);
+      p, batch, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
+      combine_scratch);
   // `base` is uniform over the CTA, so every lane of a warp runs each step and its shuffles;
   // a group past the last row computes nothing it loads or stores.
   for (int base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta) {
