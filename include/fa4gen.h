@@ -120,8 +120,9 @@ fa4gen_status fa4gen_set_varlen_schedule(const fa4gen_handle* h, int32_t on);
 /* Give each sequence of a split varlen batch its own split count on the device (shares > 0;
  * the default, 4, on decode batches of per-sequence key lengths): the grid holds `shares` waves
  * of CTA slots' worth of (sequence, split) units, one per sequence and the rest dealt by the
- * sequences' K blocks, at most the call's count each. 0: FA4's one count for every sequence. Same results up to the combine's
- * rounding; other values are for measuring. A negative count is FA4GEN_ERR_INVALID_ARGUMENT. */
+ * sequences' K blocks, at most the call's count each. 0: FA4's one count for every sequence.
+ * Same results up to the combine's rounding; other values are for measuring. A negative count
+ * is FA4GEN_ERR_INVALID_ARGUMENT. */
 fa4gen_status fa4gen_set_sequence_splits(const fa4gen_handle* h, int32_t shares);
 
 /* Which kernel reduces split-KV partials (splitting forwards and fa4gen_combine): 0 by shape

@@ -276,10 +276,10 @@ fn m_major_runs_by_keys(p: &Problem) -> Option<bool> {
 /// `FlashAttention::set_sequence_splits(0)`): keys per split of the longest sequence (its keys
 /// over this, rounded) from which a decode batch of per-sequence key lengths
 /// (`mixed_decode_batch`) takes more splits than FA4's count, up to
-/// [`MIXED_DECODE_MAX_SPLITS`], every sequence the same count. FA4's count sees only the batch's upper bounds (B sequences
-/// of `max_seqlen_k` keys: B x Hkv tiles, enough to fill the SMs from B 33 at Hkv 8, so one
-/// split), but an engine's decode step mixes context lengths, and its longest sequence's tile
-/// then runs alone while the rest finish. H200, pages of 16, one query per sequence, by
+/// [`MIXED_DECODE_MAX_SPLITS`], every sequence the same count. FA4's count sees only the
+/// batch's upper bounds (B sequences of `max_seqlen_k` keys: B x Hkv tiles, enough to fill
+/// the SMs from B 33 at Hkv 8, so one split), but an engine's decode step mixes context
+/// lengths, and its longest sequence's tile then runs alone while the rest finish. H200, pages of 16, one query per sequence, by
 /// hand, 1 split -> 4 (`bench_serving.py decode-batches`, session 35): d 128 H 32/8, B 32
 /// over 1k..32k 0.961 -> 0.661 ms; one sequence of 32k beside 31 of 1k 0.905 -> 0.250 (8
 /// splits 0.141); gpt-oss (d 64, H 64/8, sinks) B 32 over 1k..32k 0.657 -> 0.442; but
@@ -295,7 +295,7 @@ pub const MIXED_DECODE_MAX_SPLITS: u32 = 4;
 /// Keys a split of a mixed decode batch's longest sequence holds at least, where each sequence
 /// takes its own count (`Selection::sequence_splits`): the call's count, the most a sequence
 /// takes, is the longest's keys over this, at most [`SEQUENCE_SPLIT_MAX`] and
-/// [`SEQUENCE_SPLIT_GRID_SLOTS`] per slot.
+/// [`SEQUENCE_SPLIT_PARTIALS_PER_SLOT`] per slot.
 pub const SEQUENCE_SPLIT_MIN_KEYS: usize = 2048;
 
 /// The most splits a mixed decode batch's grid gives a sequence (`Selection::sequence_splits`).
@@ -307,7 +307,7 @@ pub const SEQUENCE_SPLIT_MAX: u32 = 16;
 /// per slot is 17 MB at d 128 for eight packed query heads a CTA; it lets a batch of 32 split
 /// its longest sequence 16 times (one of 32k keys beside 31 of 1k, H 32/8, H200: 0.118 ms,
 /// against 0.139 at 8).
-pub const SEQUENCE_SPLIT_GRID_SLOTS: usize = 16;
+pub const SEQUENCE_SPLIT_PARTIALS_PER_SLOT: usize = 16;
 
 /// Waves of CTA slots' worth of (sequence, split) units, by default, where each sequence takes
 /// its own split count ([`sequence_split_units`]; `FlashAttention::set_sequence_splits`): past
@@ -671,7 +671,7 @@ pub fn select_with(
                         // SEQUENCE_SPLIT_MIN_KEYS keys, as many as the partials' bound allows.
                         per_sequence = true;
                         let ctas = p.batch * ctas_heads * m_blocks;
-                        let room = SEQUENCE_SPLIT_GRID_SLOTS * slots as usize / ctas.max(1);
+                        let room = SEQUENCE_SPLIT_PARTIALS_PER_SLOT * slots as usize / ctas.max(1);
                         p.seqlen_k
                             .div_ceil(SEQUENCE_SPLIT_MIN_KEYS)
                             .min(room)

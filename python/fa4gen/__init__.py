@@ -585,8 +585,8 @@ def set_sequence_splits(shares, device=None):
     grid holds `shares` waves of CTA slots' worth of (sequence, split) units (4 by default, on
     decode batches of mixed key lengths; `FA4GEN_SEQUENCE_SPLITS=n` starts a process with n),
     one per sequence and the rest dealt by the sequences' K blocks, at most the call's count
-    each; 0: FA4's one count for every sequence, on `device` (default: the current one). Same results up to the combine's
-    rounding; other values are for measuring."""
+    each; 0: FA4's one count for every sequence, on `device` (default: the current one).
+    Same results up to the combine's rounding; other values are for measuring."""
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
     h = _handle(dev)  # (loads the library first)
     if not hasattr(_lib, "fa4gen_set_sequence_splits"):
