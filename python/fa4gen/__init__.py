@@ -13,6 +13,7 @@ libfa4gen built with the `jit` feature). Features fa4gen has not built raise Not
 naming the feature; nothing silently falls back.
 """
 import ctypes
+import math
 import os
 import pathlib
 import threading
@@ -20,7 +21,7 @@ import threading
 import torch
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_combine", "kernel_name", "set_programmatic_launch", "set_varlen_schedule", "set_sequence_splits",
-           "FA4GenError"]
+           "set_combine_kernel", "FA4GenError"]
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _REPO = _HERE.parent.parent
@@ -204,6 +205,9 @@ def _problem(shape, strides, softmax_scale, causal, window_size, pack_gqa, retur
     p.batch, p.seqlen_q, p.seqlen_k, p.heads, p.heads_kv, p.head_dim, p.head_dim_v = b, sq, sk, h, hkv, d, dv
     for field, st in zip(("q_strides", "k_strides", "v_strides", "o_strides"), strides):
         getattr(p, field)[:] = st
+    # The C ABI reads a scale <= 0 as "the default": refuse one here rather than replace it.
+    if softmax_scale is not None and not (math.isfinite(float(softmax_scale)) and float(softmax_scale) > 0):
+        raise ValueError(f"softmax_scale must be a finite value > 0 (or None for 1/sqrt(D)), got {softmax_scale}")
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     p.causal = int(bool(causal))
     wl, wr = window_size if window_size is not None else (None, None)
@@ -221,6 +225,17 @@ def _unsupported_hooks(qv, gather_kv_indices, **hooks):
     _not_built("gather_kv_indices", gather_kv_indices, None, "for sparse KV")
     for name, value in hooks.items():
         _not_built(name, value, None, "for FlexAttention-style hooks")
+
+
+def _longest(cu_seqlens, bound):
+    """The longest sequence of B + 1 offsets, a host int: one device sync, or, while the stream is
+    being captured (no sync can run there), `bound` (the packed rows), which only sizes the grid
+    and the heuristics' view of the call, as FA4 does without the value."""
+    if cu_seqlens.shape[0] < 2:
+        return 0
+    if torch.cuda.is_current_stream_capturing():
+        return bound
+    return int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item())
 
 
 def _check_tensor(name, t, dims):
@@ -247,7 +262,7 @@ def _int32_vector(name, t, n, device):
 def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seqused_q, seqused_k,
          page_table, softmax_scale, causal, window_size, learnable_sink, softcap, num_splits, pack_gqa,
          return_lse, out, lse, tile_mn=None):
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v) if isinstance(t, torch.Tensor)):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, learnable_sink) if isinstance(t, torch.Tensor)):
         raise NotImplementedError("the backward pass is not built in fa4gen: call under torch.no_grad() "
                                   "or with tensors that do not require grad")
     q_packed, k_packed, paged = cu_seqlens_q is not None, cu_seqlens_k is not None, page_table is not None
@@ -290,9 +305,8 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
     seqused_q = _int32_vector("seqused_q", seqused_q, b, dev)
     seqused_k = _int32_vector("seqused_k", seqused_k, b, dev)
     if q_packed:
-        total_q = q.shape[0]
-        if max_seqlen_q is None:  # FA4 wants a host int; derive it (one device sync) if absent
-            max_seqlen_q = int((cu_seqlens_q[1:] - cu_seqlens_q[:-1]).max().item()) if b > 0 else 0
+        if max_seqlen_q is None:  # FA4 wants a host int: derived if absent (`_longest`)
+            max_seqlen_q = _longest(cu_seqlens_q, q.shape[0])
         sq = int(max_seqlen_q)
     else:
         sq = q.shape[1]
@@ -310,7 +324,7 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
             sk = int(max_seqlen_k)
     elif k_packed:
         if max_seqlen_k is None:
-            max_seqlen_k = int((cu_seqlens_k[1:] - cu_seqlens_k[:-1]).max().item()) if b > 0 else 0
+            max_seqlen_k = _longest(cu_seqlens_k, k.shape[0])
         sk = int(max_seqlen_k)
     else:
         if k.shape[0] != b:
@@ -395,6 +409,7 @@ def flash_attn_func(
     score_mod_bwd=None,
     mask_mod=None,
     aux_tensors=None,
+    aux_scalars=None,
     block_sparse_tensors=None,
     block_sparse_tensors_bwd=None,
     return_lse=False,
@@ -406,10 +421,10 @@ def flash_attn_func(
     """Attention forward with flash_attn.cute's signature and return convention:
     q (B, Sq, H, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv) -> (out (B, Sq, H, Dv), lse (B, H, Sq)
     fp32 or None). `out=` / `lse=` optionally receive preallocated outputs (contiguous);
-    `tile_mn=(m, n)` forces a tile (FA4's internal tuning knob)."""
-    _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod,
-                       aux_tensors=aux_tensors, block_sparse_tensors=block_sparse_tensors,
-                       block_sparse_tensors_bwd=block_sparse_tensors_bwd)
+    `tile_mn=(m, n)` forces a tile (FA4's internal tuning knob). `deterministic`, `score_mod_bwd`
+    and `block_sparse_tensors_bwd` are FA4's backward's: accepted and unused (no backward here)."""
+    _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, mask_mod=mask_mod, aux_tensors=aux_tensors,
+                       aux_scalars=aux_scalars, block_sparse_tensors=block_sparse_tensors)
     for name, t in (("q", q), ("k", k), ("v", v)):
         _check_tensor(name, t, 4)
     return _run(q, k, v, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_q=None,
@@ -459,8 +474,11 @@ def flash_attn_varlen_func(
     seqused_q), k/v (total_k, Hkv, D) with cu_seqlens_k, batched with seqused_k, or paged
     (num_pages, page_size, Hkv, D) with page_table (B, pages_per_seq). Returns (out, lse) with out
     shaped like q (Dv last) and lse (H, total_q) or (B, H, Sq). max_seqlen_* should be host ints
-    (derived with one device sync when omitted)."""
-    _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, score_mod_bwd=score_mod_bwd, mask_mod=mask_mod,
+    (derived with one device sync when omitted, or, while the stream is being captured, where a
+    sync cannot run, bounded by the packed rows: total_q, total_k). `deterministic` and
+    `score_mod_bwd` are FA4's backward's: accepted and unused; `min_seqlen_k` and
+    `disable_scheduler_metadata` are hints this library does not need."""
+    _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, mask_mod=mask_mod,
                        aux_tensors=aux_tensors, aux_scalars=aux_scalars, block_sparse_tensors=block_sparse_tensors,
                        scheduler_metadata=scheduler_metadata, seqlen_k_per_split=seqlen_k_per_split)
     return _run(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
@@ -471,7 +489,7 @@ def flash_attn_varlen_func(
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_seqlens=None, seqused=None,
-                       varlen_batch_idx=None, return_lse=True, max_seqlen_q=None):
+                       virtual_batch_idx=None, return_lse=True, max_seqlen_q=None):
     """flash_attn.cute's split-KV combine: reduce partial outputs and their LSEs over the splits.
     out_partial (S_, B, Sq, H, Dv) or, rows packed, (S_, total_q, H, Dv); lse_partial (S_, B, Sq, H)
     or (S_, total_q, H), natural log (FA4's layout: a transposed view of (S_, B, H, Sq) storage
@@ -482,7 +500,7 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     host int, saves one device sync) and seqused (int32, B) caps each sequence's rows (rows past
     it are not written). The output is bf16 or fp16 (`out_dtype`, `out`, or the partials'
     dtype): fa4gen builds no fp32 output."""
-    _not_built("varlen_batch_idx", varlen_batch_idx, None, "for a scheduler's batch order")
+    _not_built("virtual_batch_idx", virtual_batch_idx, None, "for a scheduler's batch order")
     if not isinstance(out_partial, torch.Tensor) or not isinstance(lse_partial, torch.Tensor):
         raise TypeError("out_partial and lse_partial must be torch.Tensors")
     packed = out_partial.dim() == 4
@@ -509,7 +527,7 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
             b = cu_seqlens.shape[0] - 1
             cu_seqlens = _int32_vector("cu_seqlens", cu_seqlens, b + 1, dev)
             if max_seqlen_q is None:
-                max_seqlen_q = int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item()) if b > 0 else 0
+                max_seqlen_q = _longest(cu_seqlens, total_q)
             sq = int(max_seqlen_q)
         else:  # FA4: packed rows without offsets are one sequence
             b, sq = 1, total_q

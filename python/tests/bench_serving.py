@@ -39,6 +39,7 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
 import json
 import math
+import os
 import random
 import sys
 
@@ -794,7 +795,9 @@ def decode_batches():
                    sum_sk=sum(sks), max_sk=max(sks))
         kv_bytes = 2 * sum(sks) * hkv * d * 2
         # (splits, shares): splits 0 is the heuristic's count, with `shares` waves of units.
-        variants = [(0, 4), (0, 0), (0, 2), (0, 8), (1, 4), (2, 4), (4, 4), (8, 4), (16, 4)]
+        # (DECODE_VARIANTS="0:4 0:0" narrows them, e.g. for an A/B of libraries.)
+        variants = [tuple(int(x) for x in v.split(":")) for v in os.environ.get("DECODE_VARIANTS", "").split()] or \
+            [(0, 4), (0, 0), (0, 2), (0, 8), (1, 4), (2, 4), (4, 4), (8, 4), (16, 4)]
         for rnd, order in (("", variants), ("_again", variants[::-1])):
             for splits, shares in order:
                 fa4gen.set_sequence_splits(shares)
@@ -802,8 +805,9 @@ def decode_batches():
                 key = f"heuristic_shares{shares}" if splits == 0 else str(splits)
                 row[f"ms_{key}{rnd}"] = round(ms, 4)
         fa4gen.set_sequence_splits(4)
-        best = min(row["ms_heuristic_shares4"], row["ms_heuristic_shares4_again"])
-        row["kv_tbs_heuristic"] = round(kv_bytes / best / 1e9, 2)
+        if "ms_heuristic_shares4" in row:
+            best = min(row["ms_heuristic_shares4"], row["ms_heuristic_shares4_again"])
+            row["kv_tbs_heuristic"] = round(kv_bytes / best / 1e9, 2)
         emit(**row)
         del q, k, v, kw, table
         torch.cuda.empty_cache()

@@ -9,6 +9,7 @@ reduction of them (half an ulp of the output dtype plus fp32 accumulation), and 
 calls merged against the whole. Then bad inputs: each must raise before anything runs.
 usage: test_dropin.py [n_cases]   (FA4GEN_LIB, FA4GEN_KERNELS as for the package)"""
 import ctypes
+import inspect
 import math
 import random
 import sys
@@ -84,6 +85,9 @@ def oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse):
     return name, None, err / max(bound, 1e-30)
 
 
+CAPTURED = [0]  # varlen cases run as a captured CUDA graph (max_seqlen_q/k omitted)
+
+
 def run_varlen_case(rng, device):
     """A ragged batch through flash_attn_varlen_func: packed q, and k/v packed, batched with
     seqused_k or paged (shuffled pages); sinks, softcap, windows and splits at random. Each
@@ -138,15 +142,31 @@ def run_varlen_case(rng, device):
         kw.update(page_table=perm, seqused_k=torch.tensor([sk for _, sk in lens], dtype=torch.int32, device=device))
     out = torch.full((q.shape[0], h, dv), float("nan"), device=device, dtype=dtype)
     lse = torch.full((h, q.shape[0]), float("nan"), device=device, dtype=torch.float32)
+    # Some calls are captured in a CUDA graph without max_seqlen_q/k (no device sync can run
+    # there: the drop-in bounds them by the packed rows) and replayed once. Relaxed capture: the
+    # bounds may select a kernel no eager call loaded, and loading a module is no stream work.
+    captured = rng.random() < 0.2
+    if captured:
+        kw.pop("max_seqlen_q"), kw.pop("max_seqlen_k", None)
+        CAPTURED[0] += 1
     fa4gen.set_sequence_splits(shares)
     try:
-        o, l = fa4gen.flash_attn_varlen_func(q, k, v, causal=causal, window_size=window, learnable_sink=sinks,
-                                             softcap=softcap, num_splits=splits, return_lse=True, out=out, lse=lse,
-                                             **kw)
+        def call():
+            return fa4gen.flash_attn_varlen_func(q, k, v, causal=causal, window_size=window, learnable_sink=sinks,
+                                                 softcap=softcap, num_splits=splits, return_lse=True, out=out,
+                                                 lse=lse, **kw)
+        if captured:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, capture_error_mode="relaxed"):
+                o, l = call()
+            graph.replay()
+        else:
+            o, l = call()
     finally:
         fa4gen.set_sequence_splits(4)
     name = (f"varlen {dtype} d{d}x{dv} H{h}/{hkv} lens={lens} k={k_mode} page={page} causal={causal} "
-            f"window={window} softcap={softcap} sinks={sinks is not None} splits={splits} shares={shares}")
+            f"window={window} softcap={softcap} sinks={sinks is not None} splits={splits} shares={shares} "
+            f"captured={captured}")
     s = 1 / math.sqrt(d)
     refs, ref_lses, pts = [], [], []
     for i, (sq, sk) in enumerate(lens):
@@ -346,7 +366,11 @@ def bad_inputs(device):
                                                         torch.randn(1, 4, 2, 512, device=device, dtype=bf),
                                                         torch.randn(1, 4, 2, 512, device=device, dtype=bf)), ValueError),
         ("k/v seqlen mismatch", lambda: fa4gen.flash_attn_func(q, k, k[:, :8]), ValueError),
-        ("negative scale", lambda: fa4gen.flash_attn_func(q, k, k, softmax_scale=float("nan")), ValueError),
+        ("nan scale", lambda: fa4gen.flash_attn_func(q, k, k, softmax_scale=float("nan")), ValueError),
+        ("negative scale", lambda: fa4gen.flash_attn_func(q, k, k, softmax_scale=-0.125), ValueError),
+        ("zero scale", lambda: fa4gen.flash_attn_func(q, k, k, softmax_scale=0.0), ValueError),
+        ("sink requires grad", lambda: fa4gen.flash_attn_func(
+            q, k, k, learnable_sink=torch.zeros(4, device=device, requires_grad=True)), NotImplementedError),
         ("negative softcap", lambda: fa4gen.flash_attn_func(q, k, k, softcap=-15.0), ValueError),
         ("sink wrong shape", lambda: fa4gen.flash_attn_func(q, k, k, learnable_sink=torch.zeros(3, device=device)), ValueError),
         ("sink on cpu", lambda: fa4gen.flash_attn_func(q, k, k, learnable_sink=torch.zeros(4)), ValueError),
@@ -378,13 +402,29 @@ def bad_inputs(device):
          ValueError),
         ("combine cu_seqlens on batched", lambda: fa4gen.flash_attn_combine(
             part, part_lse, out_dtype=bf, cu_seqlens=torch.tensor([0, 16], dtype=torch.int32, device=device)), ValueError),
-        ("combine varlen_batch_idx", lambda: fa4gen.flash_attn_combine(
-            part, part_lse, out_dtype=bf, varlen_batch_idx=torch.zeros(1, dtype=torch.int32, device=device)),
+        ("combine virtual_batch_idx", lambda: fa4gen.flash_attn_combine(
+            part, part_lse, out_dtype=bf, virtual_batch_idx=torch.zeros(1, dtype=torch.int32, device=device)),
          NotImplementedError),
         ("sequence split shares -1", lambda: fa4gen.set_sequence_splits(-1), ValueError),
         ("combine head dim 12", lambda: fa4gen.flash_attn_combine(part[..., :12], part_lse, out_dtype=bf), ValueError),
     ]
     failures = []
+    # FA4's positional order (flash_attn.cute.interface), so positional callers land on the same
+    # arguments; fa4gen's own additions are keyword-only.
+    fa4_params = {
+        fa4gen.flash_attn_func: "q k v qv gather_kv_indices softmax_scale causal window_size learnable_sink softcap "
+        "num_splits pack_gqa deterministic score_mod score_mod_bwd mask_mod aux_tensors aux_scalars "
+        "block_sparse_tensors block_sparse_tensors_bwd return_lse",
+        fa4gen.flash_attn_varlen_func: "q k v qv cu_seqlens_q cu_seqlens_k max_seqlen_q max_seqlen_k min_seqlen_k "
+        "seqused_q seqused_k gather_kv_indices page_table softmax_scale causal window_size learnable_sink softcap "
+        "num_splits pack_gqa deterministic score_mod score_mod_bwd mask_mod block_sparse_tensors aux_tensors "
+        "aux_scalars return_lse scheduler_metadata seqlen_k_per_split disable_scheduler_metadata",
+        fa4gen.flash_attn_combine: "out_partial lse_partial out out_dtype cu_seqlens seqused virtual_batch_idx return_lse",
+    }
+    for fn, names in fa4_params.items():
+        got = [n for n, prm in inspect.signature(fn).parameters.items() if prm.kind == prm.POSITIONAL_OR_KEYWORD]
+        if got[:len(names.split())] != names.split():
+            failures.append(f"{fn.__name__}: positional parameters {got} differ from FA4's {names.split()}")
     for name, f, exc in cases:
         try:
             f()
@@ -408,7 +448,7 @@ def bad_inputs(device):
         st = lib.fa4gen_forward(h, ctypes.byref(p), *args, None)
         if st != want:
             failures.append(f"C ABI {name}: status {st}, want {want}")
-    return len(cases) + 3, failures
+    return len(cases) + 3 + len(fa4_params), failures
 
 
 def run_cases(kind, n, rng, device):
@@ -433,7 +473,8 @@ def main():
     failures, worst = run_cases(lambda i: run_varlen_case if i % 3 == 2 else run_case, n, rng, device)
     torch.cuda.synchronize()
     print(f"drop-in oracle: {n - len(failures)} passed, {len(failures)} failed of {n} random cases "
-          f"(seed {seed}); worst err/bound {worst:.3f}; {time.time() - t:.1f} s")
+          f"(seed {seed}; {CAPTURED[0]} varlen calls captured in CUDA graphs without max_seqlen); "
+          f"worst err/bound {worst:.3f}; {time.time() - t:.1f} s")
     for f in failures:
         print("FAIL", f)
     # flash_attn_combine: random partials, then pieces of real calls merged.

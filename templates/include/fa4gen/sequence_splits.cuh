@@ -113,6 +113,10 @@ FA4_DEVICE Totals totals(const FwdParams& p, const SplitGeometry& g, u64* scratc
   return t;
 }
 
+// a / b through the 32-bit divider where both fit, as they do for every real batch: a 64-bit
+// division is a subroutine of ~70 instructions on the deal's path before a CTA's first load.
+FA4_DEVICE u64 quotient(u64 a, u64 b) { return ((a | b) >> 32) == 0 ? (u64)((u32)a / (u32)b) : a / b; }
+
 // One sequence's count. Every count is at least one and the counts sum to at most
 // split_units (the host makes that at least the batch): the extra units dealt by K blocks are
 // floors of shares of (units - batch); one wave's count is capped at one plus the extra units
@@ -126,13 +130,13 @@ FA4_DEVICE int count(const FwdParams& p, const Totals& t, u64 q, u64 k, int cta_
     // Lengths within an eighth of their mean: the tail is whole CTAs of one size, so a split
     // only helps fill the slots, as many times as every CTA's copies fit in one wave (a batch
     // of 64 x 4k keys at 8 KV heads already fills the H200's 264 slots twice: unsplit).
-    const u64 wave = (u64)p.split_slots / (t.ctas * (u64)cta_heads);
-    const u64 most = 1 + extra / t.live;
+    const u64 wave = quotient((u64)p.split_slots, t.ctas * (u64)cta_heads);
+    const u64 most = 1 + quotient(extra, t.live);
     splits = wave < most ? wave : most;
   } else {
     // Mixed lengths: pieces of one size in every sequence. The last, largest CTAs to launch
     // leave a tail of at most a piece, whatever order they launch in.
-    splits = 1 + extra * k / t.keys;
+    splits = 1 + quotient(extra * k, t.keys);
   }
   const u64 most = k < (u64)p.num_splits ? k : (u64)p.num_splits;
   return splits <= 1 ? 1 : splits >= most ? (int)most : (int)splits;

@@ -79,6 +79,18 @@ FA4_DEVICE int unit_batch(const FwdParams& p, int z) {
 FA4_DEVICE int unit_split(const FwdParams& p, int z) {
   return p.split_units > 0 ? (int)split_unit_slot<kThreads>(split_scratch)[1] : z % p.num_splits;
 }
+// Whether this CTA writes split partials. Under counts per sequence a sequence of one split
+// writes its O and LSE as an unsplit call would (sink included), and the combines skip it, as
+// FA3's dynamic split counts do: no fp32 round trip and no combine work for it. (Without
+// counts per sequence every split kernel's CTA writes partials, even at one split: the
+// combine, which may be combine_raw's over a caller's partials, then reads them.)
+FA4_DEVICE bool unit_writes_partials(const FwdParams& p) {
+  return p.split_units <= 0 || split_unit_slot<kThreads>(split_scratch)[2] > 1;
+}
+// The geometry the per-sequence counts depend on; the forward and both combines must pass the same.
+FA4_DEVICE SplitGeometry split_geometry(const FwdParams& p) {
+  return SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads};
+}
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
@@ -193,8 +205,7 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_causal_lse_packgqa_sink(const __
   int batch = blockIdx.z, splits = 1, split = 0;
   if constexpr (kSplit) {
     const SplitUnit unit = split_unit<kThreads, kVarlen, kPaged>(
-        p, blockIdx.z, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
-        split_scratch);
+        p, blockIdx.z, split_geometry(p), split_scratch);
     if (unit.batch < 0) return;
     batch = unit.batch, splits = unit.splits, split = unit.split;
   }
@@ -410,14 +421,16 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_causal_lse_packgqa_sink(const __
 
   // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised ----
   const int ewarp_row0 = thread_index_fresh() / 32 / kWarpsN * kWarpM;  // = warp_row0, recomputed rather than kept live
-  // The sink joins the denominator here, or in the combine when K is split (counted once).
-  softmax.template finalize<kSink && !kSplit>(p.scale_log2, [&](int mt, int h) {
+  // The sink joins the denominator here, or in the combine when this CTA writes partials
+  // (counted once; a sink of -inf is none).
+  const bool partials = kSplit && unit_writes_partials(p);
+  softmax.template finalize<kSink>(p.scale_log2, [&](int mt, int h) {
     const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
-    return row < rows ? p.sinks[head_of(row)] * kLog2e : neg_inf();
+    return row < rows && !partials ? p.sinks[head_of(row)] * kLog2e : neg_inf();
   });
   if constexpr (kWriteLse || kSplit) {
-    if (t == 0) {
-      float* lse_out = kSplit ? p.lse_partial + unit_split(p, blockIdx.z) * p.lse_partial_split_stride : p.lse;
+    if (t == 0 && (kWriteLse || partials)) {
+      float* lse_out = partials ? p.lse_partial + unit_split(p, blockIdx.z) * p.lse_partial_split_stride : p.lse;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -428,22 +441,43 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_causal_lse_packgqa_sink(const __
     }
   }
   if constexpr (kSplit) {
-    // fp32 partial O straight from the accumulators: 8-byte stores, a quad covers 32 bytes.
-    float* o_part = p.o_partial + unit_split(p, blockIdx.z) * p.o_partial_split_stride;
+    if (partials) {
+      // fp32 partial O straight from the accumulators: 8-byte stores, a quad covers 32 bytes.
+      float* o_part = p.o_partial + unit_split(p, blockIdx.z) * p.o_partial_split_stride;
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
-        if (row >= rows) continue;
-        const float inv = softmax.inv_sum(mt, h);
-        float* dst = o_part + ((i64)(seq.q_row0 + query_of(row)) * p.heads + head_of(row)) * kDv;
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
+          if (row >= rows) continue;
+          const float inv = softmax.inv_sum(mt, h);
+          float* dst = o_part + ((i64)(seq.q_row0 + query_of(row)) * p.heads + head_of(row)) * kDv;
 #pragma unroll
-        for (int dt = 0; dt < kDvT; ++dt) {
-          const int c = dt * 8 + 2 * t;
-          if (c < kDv) *reinterpret_cast<float2*>(dst + c) = float2{o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv};
+          for (int dt = 0; dt < kDvT; ++dt) {
+            const int c = dt * 8 + 2 * t;
+            if (c < kDv) *reinterpret_cast<float2*>(dst + c) = float2{o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv};
+          }
         }
-      }
+    } else {
+      // A one-split sequence's O in 16 bits, the same way (4-byte stores: decode's few rows;
+      // the staged 16-byte stores below cost the split kernels registers they do not have).
+      // A loop of its own: the partials' loop stays as it was.
+      u16* o_base = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
+          if (row >= rows) continue;
+          const float inv = softmax.inv_sum(mt, h);
+          u16* dst = o_base + (i64)query_of(row) * p.o_row_stride + (i64)head_of(row) * p.o_head_stride;
+#pragma unroll
+          for (int dt = 0; dt < kDvT; ++dt) {
+            const int c = dt * 8 + 2 * t;
+            if (c < kDv) *reinterpret_cast<u32*>(dst + c) = Elem::pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+          }
+        }
+    }
     return;
   }
   // O in 16 bits, staged through this warp's own Q rows and written with 16-byte stores.

@@ -85,6 +85,18 @@ FA4_DEVICE int unit_batch(const FwdParams& p, int z) {
 FA4_DEVICE int unit_split(const FwdParams& p, int z) {
   return p.split_units > 0 ? (int)split_unit_slot<kThreads>(split_scratch)[1] : z % p.num_splits;
 }
+// Whether this CTA writes split partials. Under counts per sequence a sequence of one split
+// writes its O and LSE as an unsplit call would (sink included), and the combines skip it, as
+// FA3's dynamic split counts do: no fp32 round trip and no combine work for it. (Without
+// counts per sequence every split kernel's CTA writes partials, even at one split: the
+// combine, which may be combine_raw's over a caller's partials, then reads them.)
+FA4_DEVICE bool unit_writes_partials(const FwdParams& p) {
+  return p.split_units <= 0 || split_unit_slot<kThreads>(split_scratch)[2] > 1;
+}
+// The geometry the per-sequence counts depend on; the forward and both combines must pass the same.
+FA4_DEVICE SplitGeometry split_geometry(const FwdParams& p) {
+  return SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads};
+}
 
 // Copy K or V block nb, keys n0 .. n0 + kTileN - 1, of this CTA's (sequence, kv head) into
 // shared memory. The sequence and head offsets are recomputed from the block index at each load
@@ -199,8 +211,7 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_lse_packgqa_sink_split(con
   int batch = blockIdx.z, splits = 1, split = 0;
   if constexpr (kSplit) {
     const SplitUnit unit = split_unit<kThreads, kVarlen, kPaged>(
-        p, blockIdx.z, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
-        split_scratch);
+        p, blockIdx.z, split_geometry(p), split_scratch);
     if (unit.batch < 0) return;
     batch = unit.batch, splits = unit.splits, split = unit.split;
   }
@@ -416,14 +427,16 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_lse_packgqa_sink_split(con
 
   // ---- epilogue: LSE first (then only O and 1/l stay live), then O normalised ----
   const int ewarp_row0 = thread_index_fresh() / 32 / kWarpsN * kWarpM;  // = warp_row0, recomputed rather than kept live
-  // The sink joins the denominator here, or in the combine when K is split (counted once).
-  softmax.template finalize<kSink && !kSplit>(p.scale_log2, [&](int mt, int h) {
+  // The sink joins the denominator here, or in the combine when this CTA writes partials
+  // (counted once; a sink of -inf is none).
+  const bool partials = kSplit && unit_writes_partials(p);
+  softmax.template finalize<kSink>(p.scale_log2, [&](int mt, int h) {
     const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
-    return row < rows ? p.sinks[head_of(row)] * kLog2e : neg_inf();
+    return row < rows && !partials ? p.sinks[head_of(row)] * kLog2e : neg_inf();
   });
   if constexpr (kWriteLse || kSplit) {
-    if (t == 0) {
-      float* lse_out = kSplit ? p.lse_partial + unit_split(p, blockIdx.z) * p.lse_partial_split_stride : p.lse;
+    if (t == 0 && (kWriteLse || partials)) {
+      float* lse_out = partials ? p.lse_partial + unit_split(p, blockIdx.z) * p.lse_partial_split_stride : p.lse;
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -434,22 +447,43 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_lse_packgqa_sink_split(con
     }
   }
   if constexpr (kSplit) {
-    // fp32 partial O straight from the accumulators: 8-byte stores, a quad covers 32 bytes.
-    float* o_part = p.o_partial + unit_split(p, blockIdx.z) * p.o_partial_split_stride;
+    if (partials) {
+      // fp32 partial O straight from the accumulators: 8-byte stores, a quad covers 32 bytes.
+      float* o_part = p.o_partial + unit_split(p, blockIdx.z) * p.o_partial_split_stride;
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt)
+      for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
-        if (row >= rows) continue;
-        const float inv = softmax.inv_sum(mt, h);
-        float* dst = o_part + ((i64)(seq.q_row0 + query_of(row)) * p.heads + head_of(row)) * kDv;
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
+          if (row >= rows) continue;
+          const float inv = softmax.inv_sum(mt, h);
+          float* dst = o_part + ((i64)(seq.q_row0 + query_of(row)) * p.heads + head_of(row)) * kDv;
 #pragma unroll
-        for (int dt = 0; dt < kDvT; ++dt) {
-          const int c = dt * 8 + 2 * t;
-          if (c < kDv) *reinterpret_cast<float2*>(dst + c) = float2{o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv};
+          for (int dt = 0; dt < kDvT; ++dt) {
+            const int c = dt * 8 + 2 * t;
+            if (c < kDv) *reinterpret_cast<float2*>(dst + c) = float2{o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv};
+          }
         }
-      }
+    } else {
+      // A one-split sequence's O in 16 bits, the same way (4-byte stores: decode's few rows;
+      // the staged 16-byte stores below cost the split kernels registers they do not have).
+      // A loop of its own: the partials' loop stays as it was.
+      u16* o_base = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + ewarp_row0 + mt * 16 + g + 8 * h;
+          if (row >= rows) continue;
+          const float inv = softmax.inv_sum(mt, h);
+          u16* dst = o_base + (i64)query_of(row) * p.o_row_stride + (i64)head_of(row) * p.o_head_stride;
+#pragma unroll
+          for (int dt = 0; dt < kDvT; ++dt) {
+            const int c = dt * 8 + 2 * t;
+            if (c < kDv) *reinterpret_cast<u32*>(dst + c) = Elem::pack2(o[mt][dt][2 * h] * inv, o[mt][dt][2 * h + 1] * inv);
+          }
+        }
+    }
     return;
   }
   // O in 16 bits, staged through this warp's own Q rows and written with 16-byte stores.
@@ -496,6 +530,13 @@ constexpr int kChunks = kDv / 4;                             // float4 chunks of
 constexpr int kShares = kCombineThreads / kChunks;           // threads per chunk, over the splits
 constexpr int kBatch = 8;                                    // loads in flight per thread
 static_assert(kDv % 4 == 0 && kShares >= 1, "the combine's chunks");
+// The counts before the wait. Counts per sequence (split_units > 0) are computed before the
+// wait for the partials: they depend only on the call's sequence arrays, which were complete
+// when the split kernel, this grid's primary, passed its own wait (its first statement), and
+// this grid launches only once every CTA of that kernel has passed it. So the deal (the batch's
+// lengths, reductions, a scan) runs during the split kernel's tail, not between its end and the
+// first partial load. With split_units 0 (combine_raw, launched after any kernel, which may
+// write those arrays) sequence_splits reads nothing.
 
 extern "C" __global__ void __launch_bounds__(kCombineThreads)
 fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_lse_packgqa_sink_split_combine(const __grid_constant__ FwdParams p) {
@@ -504,16 +545,16 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_lse_packgqa_sink_split_com
   __shared__ float scratch[kCombineThreads / 32];
   const int tid = threadIdx.x;
   const int batch = blockIdx.z, head = blockIdx.y, i = blockIdx.x;
+  // The sequence's count first: see "the counts before the wait" above.
+  __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
+  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(p, batch, split_geometry(p), combine_scratch);
+  if (p.split_units > 0 && splits == 1) return;  // the forward wrote it (unit_writes_partials)
   // Launched as the split kernel's programmatic dependent (or combine_raw's, after any kernel):
   // the partials, and the sequence lengths below, are complete and visible after this.
   grid_dependency_wait();
   grid_dependency_launch();
   const Seq seq(p, batch);
   if (i >= seq.seqlen_q) return;
-  __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
-  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
-      p, batch, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
-      combine_scratch);
 
   // ---- the first batch of O loads, in flight during the LSE reductions ----
   const int c = tid % kChunks, share = tid / kChunks;
@@ -622,15 +663,15 @@ fa4gen_fwd_sm90_portable_bf16_d64x64_m16n128_q1_local_lse_packgqa_sink_split_com
   __shared__ float weight[kRowsPerCta][kMaxSplits];
   const int lane = threadIdx.x % kRowLanes, group = threadIdx.x / kRowLanes;
   const int batch = blockIdx.z;
-  // As the per-row kernel: launched as a programmatic dependent, it waits here for the partials.
+  // As the per-row kernel: the sequence's count before the wait (see above), then,
+  // launched as a programmatic dependent, it waits here for the partials.
+  __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
+  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(p, batch, split_geometry(p), combine_scratch);
+  if (p.split_units > 0 && splits == 1) return;  // the forward wrote it (unit_writes_partials)
   grid_dependency_wait();
   grid_dependency_launch();
   const Seq seq(p, batch);
-  __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
   const int rows = seq.seqlen_q * p.heads;
-  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(
-      p, batch, SplitGeometry{kTileN, kBlockM, kPackGqa ? p.group : 1, kPackGqa ? p.heads_kv : p.heads},
-      combine_scratch);
   // `base` is uniform over the CTA, so every lane of a warp runs each step and its shuffles;
   // a group past the last row computes nothing it loads or stores.
   for (int base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta) {
