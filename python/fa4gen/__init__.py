@@ -230,11 +230,14 @@ def _unsupported_hooks(qv, gather_kv_indices, **hooks):
 def _longest(cu_seqlens, bound):
     """The longest sequence of B + 1 offsets, a host int: one device sync, or, while the stream is
     being captured (no sync can run there), `bound` (the packed rows), which only sizes the grid
-    and the heuristics' view of the call, as FA4 does without the value."""
+    and the heuristics' view of the call. Correct, not fast: a captured decode step without
+    max_seqlen_q looks like a prefill of B queries (no decode tile, no per-sequence splits), so
+    engines pass the values."""
     if cu_seqlens.shape[0] < 2:
         return 0
-    if torch.cuda.is_current_stream_capturing():
-        return bound
+    with torch.cuda.device(cu_seqlens.device):
+        if torch.cuda.is_current_stream_capturing():
+            return bound
     return int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item())
 
 

@@ -536,7 +536,10 @@ static_assert(kDv % 4 == 0 && kShares >= 1, "the combine's chunks");
 // this grid launches only once every CTA of that kernel has passed it. So the deal (the batch's
 // lengths, reductions, a scan) runs during the split kernel's tail, not between its end and the
 // first partial load. With split_units 0 (combine_raw, launched after any kernel, which may
-// write those arrays) sequence_splits reads nothing.
+// write those arrays) sequence_splits reads nothing. A CTA whose sequence took one split (the
+// forward wrote it) still waits before it exits: the next kernel, launched as this grid's
+// programmatic dependent, waits for this grid only, so this grid must not end before its
+// primary (PDL promises no transitivity).
 
 extern "C" __global__ void __launch_bounds__(kCombineThreads)
 fa4gen_fwd_sm90_portable_bf16_d256x256_m16n64_q1_causal_lse_packgqa_paged_softcap_split_combine(const __grid_constant__ FwdParams p) {
@@ -548,7 +551,10 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m16n64_q1_causal_lse_packgqa_paged_softca
   // The sequence's count first: see "the counts before the wait" above.
   __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(p, batch, split_geometry(p), combine_scratch);
-  if (p.split_units > 0 && splits == 1) return;  // the forward wrote it (unit_writes_partials)
+  if (p.split_units > 0 && splits == 1) {  // the forward wrote it (unit_writes_partials)
+    grid_dependency_wait();  // see "the counts before the wait": this grid ends after its primary
+    return;
+  }
   // Launched as the split kernel's programmatic dependent (or combine_raw's, after any kernel):
   // the partials, and the sequence lengths below, are complete and visible after this.
   grid_dependency_wait();
@@ -667,7 +673,10 @@ fa4gen_fwd_sm90_portable_bf16_d256x256_m16n64_q1_causal_lse_packgqa_paged_softca
   // launched as a programmatic dependent, it waits here for the partials.
   __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
   const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(p, batch, split_geometry(p), combine_scratch);
-  if (p.split_units > 0 && splits == 1) return;  // the forward wrote it (unit_writes_partials)
+  if (p.split_units > 0 && splits == 1) {  // the forward wrote it (unit_writes_partials)
+    grid_dependency_wait();  // as the per-row kernel: this grid ends after its primary
+    return;
+  }
   grid_dependency_wait();
   grid_dependency_launch();
   const Seq seq(p, batch);
