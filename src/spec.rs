@@ -192,6 +192,10 @@ pub enum Unsupported {
         threads: u32,
         limit: u32,
     },
+    #[error(
+        "{stem}: setmaxnreg would ask {asked} registers of a CTA that launched with {pool}: its consumers would wait forever"
+    )]
+    RegisterPool { stem: String, asked: u32, pool: u32 },
 }
 
 /// Launch geometry and shared-memory layout of a spec, derived in one place. The template
@@ -664,6 +668,18 @@ impl KernelSpec {
         }
     }
 
+    /// Registers per thread a CTA of the wgmma kernel launches with, the pool `setmaxnreg`
+    /// moves registers within: each of the SM's four sub-partitions has 16 Ki registers for
+    /// the warps dealt to it (a CTA's warps round-robin, `wgmma_ctas_per_sm` CTAs), in steps
+    /// of 8 per thread. 384 threads get 168, 512 get 128; 640 would get 96 (five warps a
+    /// sub-partition), so four consumers could grow to 112 only: measured in the thirty-ninth
+    /// session, where asking 120 hung the kernel in `setmaxnreg`.
+    pub fn wgmma_launch_registers(&self) -> u32 {
+        let warps_per_partition =
+            (self.geometry().threads / 32).div_ceil(4) * self.wgmma_ctas_per_sm();
+        (16384 / (32 * warps_per_partition) / 8 * 8).min(256)
+    }
+
     /// CTAs of this kernel one SM holds at once: `__launch_bounds__(threads, 1)` lets ptxas use
     /// up to 255 registers per thread, so registers allow `65536 / (threads * 255)`; shared
     /// memory allows the arch's per-CTA limit over this kernel's need.
@@ -793,6 +809,17 @@ impl KernelSpec {
                 arch: self.arch,
                 need: g.smem_bytes,
                 limit,
+            });
+        }
+        // setmaxnreg.inc waits until the pool holds what it asks: past it, never.
+        let (producer, consumer) = self.wgmma_registers();
+        let asked = producer * 128 + consumer * (g.threads - 128);
+        let pool = self.wgmma_launch_registers() * g.threads;
+        if asked > pool {
+            return Err(Unsupported::RegisterPool {
+                stem: self.stem(),
+                asked,
+                pool,
             });
         }
         // Per consumer thread: O (64 x dv) and S (64 x tile_n) fp32 accumulators and P as
@@ -1135,6 +1162,29 @@ mod tests {
             );
         }
         base().can_implement().unwrap();
+    }
+
+    #[test]
+    fn wgmma_register_pools_hold_what_setmaxnreg_asks() {
+        // (stem, registers per thread at launch, CTAs per SM)
+        for (stem, launch, ctas) in [
+            ("fwd.sm90.wgmma.bf16.d64x64.m192n128.q1", 128, 1),
+            ("fwd.sm90.wgmma.bf16.d128x128.m128n128.q1.causal", 168, 1),
+            ("fwd.sm90.wgmma.bf16.d256x256.m128n80.q1", 168, 1),
+            ("fwd.sm90.wgmma.bf16.d64x64.m64n128.q1", 128, 2),
+        ] {
+            let spec: KernelSpec = stem.parse().unwrap();
+            assert_eq!(spec.wgmma_launch_registers(), launch, "{stem}");
+            assert_eq!(spec.wgmma_ctas_per_sm(), ctas, "{stem}");
+            let (producer, consumer) = spec.wgmma_registers();
+            let threads = spec.geometry().threads;
+            // setmaxnreg asks no more than the launch gave.
+            assert!(
+                producer * 128 + consumer * (threads - 128) <= launch * threads,
+                "{stem}"
+            );
+            assert!(spec.can_implement().is_ok(), "{stem}");
+        }
     }
 
     #[test]
