@@ -280,9 +280,10 @@ fn m_major_runs_by_keys(p: &Problem) -> Option<bool> {
 /// batch's upper bounds (B sequences of `max_seqlen_k` keys: B x Hkv tiles, enough to fill
 /// the SMs from B 33 at Hkv 8, so one split), but an engine's decode step mixes context
 /// lengths, and its longest sequence's tile then runs alone while the rest finish. H200,
-/// pages of 16, one query per sequence, by hand, 1 split -> 4 (`bench_serving.py decode-batches`, session 35): d 128 H 32/8, B 32
-/// over 1k..32k 0.961 -> 0.661 ms; one sequence of 32k beside 31 of 1k 0.905 -> 0.250 (8
-/// splits 0.141); gpt-oss (d 64, H 64/8, sinks) B 32 over 1k..32k 0.657 -> 0.442; but
+/// pages of 16, one query per sequence, by hand, 1 split -> 4 (`bench_serving.py
+/// decode-batches`, session 35): d 128 H 32/8, B 32 over 1k..32k 0.961 -> 0.661 ms; one
+/// sequence of 32k beside 31 of 1k 0.905 -> 0.250 (8 splits 0.141); gpt-oss (d 64, H 64/8,
+/// sinks) B 32 over 1k..32k 0.657 -> 0.442; but
 /// B 32 all of 32k 1.161 -> 1.181 (-2%, within that shape's 1.16-1.25 between rounds), and
 /// shorter batches lose where split: B 64 all 4k 0.293 -> 0.302 at 2 splits, 0.319 at 4, so
 /// batches whose longest sequence is under 12k keys keep FA4's count (B 64 over 256..8k: 0.386,
