@@ -46,7 +46,8 @@ typedef enum fa4gen_status {
   FA4GEN_ERR_INTERNAL = 99         /* a bug in fa4gen (caught panic): please report the message */
 } fa4gen_status;
 
-typedef enum fa4gen_dtype { FA4GEN_BF16 = 0, FA4GEN_FP16 = 1 } fa4gen_dtype;
+/* FA4GEN_FP32 only as fa4gen_combine's output (FA4's flash_attn_combine default for fp32 partials). */
+typedef enum fa4gen_dtype { FA4GEN_BF16 = 0, FA4GEN_FP16 = 1, FA4GEN_FP32 = 2 } fa4gen_dtype;
 
 /* An unbounded window side. */
 #define FA4GEN_WINDOW_NONE INT64_MIN
@@ -150,7 +151,7 @@ fa4gen_status fa4gen_forward_ext(fa4gen_handle* h, const fa4gen_problem* p, cons
                                  void* workspace, uint64_t workspace_bytes, void* stream);
 
 /* FA4's flash_attn_combine: reduce num_splits (1..256) fp32 partial outputs and LSEs into out
- * (p's dtype and o_strides) and, with p->return_lse, lse (p's LSE layout):
+ * (p's dtype, FA4GEN_FP32 included, and o_strides) and, with p->return_lse, lse (p's LSE layout):
  *   lse = log(sum_s exp(lse_s) [+ exp(sink)]),  out = sum_s exp(lse_s - lse) * o_s.
  * o_partial: fp32 (num_splits, B, Sq, H, Dv), or (num_splits, total_q, H, Dv) when total_q >= 0;
  * lse_partial: fp32 (num_splits, B, H, Sq), or (num_splits, H, total_q); both contiguous and

@@ -3,7 +3,7 @@
 //! the boundary and no pointer is dereferenced before it is checked for null.
 
 use crate::runtime::{
-    CombineKernel, Error, FlashAttention, Paged, Problem, RawPtrs, Strides, Varlen,
+    CombineKernel, CombineOutput, Error, FlashAttention, Paged, Problem, RawPtrs, Strides, Varlen,
 };
 use crate::spec::DType;
 use std::cell::RefCell;
@@ -12,6 +12,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 pub const ABI_VERSION: u32 = 2;
 pub const WINDOW_NONE: i64 = i64::MIN;
+/// `fa4gen_dtype`'s FA4GEN_FP32: a dtype only `fa4gen_combine`'s output may have.
+pub const FA4GEN_FP32: i32 = 2;
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +146,13 @@ pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
     let dtype = match c.dtype {
         0 => DType::Bf16,
         1 => DType::Fp16,
-        d => return Err(invalid("dtype", d, "FA4GEN_BF16 (0) or FA4GEN_FP16 (1)")),
+        d => {
+            return Err(invalid(
+                "dtype",
+                d,
+                "FA4GEN_BF16 (0) or FA4GEN_FP16 (1); FA4GEN_FP32 (2) only as fa4gen_combine's output",
+            ));
+        }
     };
     // Stride values are checked by Problem::validate, which names the tensor.
     let strides = |s: [i64; 3]| Strides {
@@ -619,7 +627,16 @@ pub unsafe extern "C" fn fa4gen_combine(
 ) -> Status {
     guard(|| {
         let h = handle_ref(h)?;
-        let problem = to_problem(problem_ref(p)?)?;
+        // FA4GEN_FP32: fp32 output. The module is the bf16 one (a combine's dtype is only its
+        // output's; its loads are fp32 partials), its stores told to write fp32.
+        let mut c = *problem_ref(p)?;
+        let output = if c.dtype == FA4GEN_FP32 {
+            c.dtype = 0;
+            CombineOutput::F32
+        } else {
+            CombineOutput::Problem
+        };
+        let problem = to_problem(&c)?;
         // SAFETY: checked non-null; the caller promises a valid fa4gen_seq_ptrs.
         let e = unsafe { extra.as_ref() };
         // Only the rows' arrays and the sinks: the combine reads no K side.
@@ -647,6 +664,7 @@ pub unsafe extern "C" fn fa4gen_combine(
                 o_partial as u64,
                 lse_partial as u64,
                 ptrs,
+                output,
             )
         }
     })
@@ -706,6 +724,7 @@ mod tests {
         type Mutation = fn(&mut CProblem);
         let cases: Vec<(Mutation, &str)> = vec![
             (|p| p.dtype = 7, "dtype"),
+            (|p| p.dtype = FA4GEN_FP32, "dtype"), // a combine's output only
             (|p| p.batch = -1, "batch"),
             (|p| p.causal = 2, "causal"),
             (|p| p.return_lse = -1, "return_lse"),

@@ -86,6 +86,10 @@ pub struct FwdParams {
     /// `Selection::sequence_splits`); 0: every sequence `num_splits`, z = batch x num_splits.
     pub split_slots: i32,
     pub split_units: i32,
+    /// The combines (`_combine`, `_combine_rows`): 1 where `o` is fp32, as FA4's
+    /// `flash_attn_combine` writes by default (its `out_dtype`, the partials' dtype); 0: the
+    /// module's 16-bit dtype. Forward kernels never read it.
+    pub out_fp32: i32,
 }
 
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.
@@ -95,7 +99,7 @@ unsafe impl cudarc::driver::DeviceRepr for FwdParams {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub size: usize,
-    /// Offsets of `group`, `scale_log2` and the last field, `split_units` (the size alone
+    /// Offsets of `group`, `scale_log2` and the last field, `out_fp32` (the size alone
     /// misses a field added in the struct's tail padding).
     pub group: usize,
     pub scale_log2: usize,
@@ -107,6 +111,6 @@ pub const fn layout() -> Layout {
         size: std::mem::size_of::<FwdParams>(),
         group: std::mem::offset_of!(FwdParams, group),
         scale_log2: std::mem::offset_of!(FwdParams, scale_log2),
-        last: std::mem::offset_of!(FwdParams, split_units),
+        last: std::mem::offset_of!(FwdParams, out_fp32),
     }
 }

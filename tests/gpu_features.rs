@@ -2048,9 +2048,10 @@ fn split_kv() {
 
 /// #6: the combine kernels alone (FA4's `flash_attn_combine` layout) against an f64 reduction,
 /// for every split count 1..=256 through each (a CTA per row, a group of lanes per row): random fp32 partials, some splits empty (LSE -inf), sinks
-/// on every third count, head dims 128, 96, 256, 40 and 64 in turn; out within the 16-bit rounding
-/// of the f64 result itself (half an ulp: 2^-8 relative for bf16, 2^-11 for fp16) + 1e-4 for
-/// fp32 accumulation over 256 terms, LSE to 1e-5 relative.
+/// on every third count, head dims 128, 96, 256, 40 and 64 in turn, fp32 output (FA4's default
+/// for fp32 partials) on counts 1 and 2 mod 4, else bf16 / fp16; out within the rounding of the
+/// f64 result itself (half an ulp: 2^-8 relative for bf16, 2^-11 for fp16, 2^-24 for fp32) +
+/// 1e-4 for fp32 accumulation over 256 terms, LSE to 1e-5 relative. Outputs poisoned.
 #[test]
 fn combine_alone() {
     use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -2058,7 +2059,9 @@ fn combine_alone() {
         return;
     };
     let seed = run_seed();
-    println!("combine_alone: splits 1..=256, dv 128 / 96 / 256 / 40 / 64, seed {seed}");
+    println!(
+        "combine_alone: splits 1..=256, dv 128 / 96 / 256 / 40 / 64, fp32 / 16-bit out, seed {seed}"
+    );
     let mut rng = StdRng::seed_from_u64(seed);
     let (b, sq, h) = (2usize, 3usize, 3usize);
     let mut failures = Vec::new();
@@ -2078,6 +2081,13 @@ fn combine_alone() {
             DType::Fp16
         };
         let sinks = splits % 3 == 0;
+        // fp32 output (FA4's default for fp32 partials) on a bf16 and an fp16 module in turn.
+        let output = if matches!(splits % 4, 1 | 2) {
+            runtime::CombineOutput::F32
+        } else {
+            runtime::CombineOutput::Problem
+        };
+        let f32_out = output == runtime::CombineOutput::F32;
         let rows = b * sq * h;
         let o_part: Vec<f32> = (0..splits * rows * dv)
             .map(|_| rng.sample::<f32, _>(StandardNormal))
@@ -2099,20 +2109,29 @@ fn combine_alone() {
         p.return_lse = true;
         p.sinks = sinks;
         fa.set_combine_kernel(kernel);
-        let run = || -> Result<(Vec<u16>, Vec<f32>), String> {
+        let run = || -> Result<(Vec<f64>, Vec<f32>), String> {
             let e = |e: cudarc::driver::DriverError| e.to_string();
             let d_o = stream.clone_htod(&o_part).map_err(e)?;
             let d_l = stream.clone_htod(&lse_part).map_err(e)?;
             let d_s = stream.clone_htod(&sink).map_err(e)?;
-            let mut out = stream
-                .clone_htod(&vec![reference::nan_bits(dtype); rows * dv])
+            // Poisoned output in either type (an fp32 run's buffer as 32-bit NaNs).
+            let mut out16 = stream
+                .clone_htod(&vec![
+                    reference::nan_bits(dtype);
+                    if f32_out { 0 } else { rows * dv }
+                ])
+                .map_err(e)?;
+            let mut out32 = stream
+                .clone_htod(&vec![f32::NAN; if f32_out { rows * dv } else { 0 }])
                 .map_err(e)?;
             let mut lse = stream.clone_htod(&vec![f32::NAN; rows]).map_err(e)?;
             {
                 let (po, _g1) = d_o.device_ptr(&stream);
                 let (pl, _g2) = d_l.device_ptr(&stream);
                 let (ps, _g3) = d_s.device_ptr(&stream);
-                let (pout, _g4) = out.device_ptr_mut(&stream);
+                let (pout16, _g4) = out16.device_ptr_mut(&stream);
+                let (pout32, _g6) = out32.device_ptr_mut(&stream);
+                let pout = if f32_out { pout32 } else { pout16 };
                 let (plse, _g5) = lse.device_ptr_mut(&stream);
                 let ptrs = runtime::RawPtrs {
                     o: pout,
@@ -2121,13 +2140,22 @@ fn combine_alone() {
                     ..Default::default()
                 };
                 // SAFETY: every buffer above holds the extents of the problem and the layouts.
-                unsafe { fa.combine_raw(stream.cu_stream(), &p, splits as u32, po, pl, ptrs) }
-                    .map_err(|e| e.to_string())?;
+                unsafe {
+                    fa.combine_raw(stream.cu_stream(), &p, splits as u32, po, pl, ptrs, output)
+                }
+                .map_err(|e| e.to_string())?;
             }
-            Ok((
-                stream.clone_dtoh(&out).map_err(e)?,
-                stream.clone_dtoh(&lse).map_err(e)?,
-            ))
+            let out = if f32_out {
+                let v = stream.clone_dtoh(&out32).map_err(e)?;
+                v.into_iter().map(f64::from).collect()
+            } else {
+                let v = stream.clone_dtoh(&out16).map_err(e)?;
+                reference::decode(dtype, &v)
+                    .into_iter()
+                    .map(f64::from)
+                    .collect()
+            };
+            Ok((out, stream.clone_dtoh(&lse).map_err(e)?))
         };
         let (out, lse) = match run() {
             Ok(r) => r,
@@ -2136,7 +2164,6 @@ fn combine_alone() {
                 continue;
             }
         };
-        let out = reference::decode(dtype, &out);
         for bi in 0..b {
             for hi in 0..h {
                 for i in 0..sq {
@@ -2176,9 +2203,11 @@ fn combine_alone() {
                                 })
                                 .sum()
                         };
-                        let got = out[((bi * sq + i) * h + hi) * dv + c] as f64;
-                        // Half an ulp of the 16-bit output (the rounding) plus fp32 noise.
-                        let half_ulp = if dtype == DType::Bf16 {
+                        let got = out[((bi * sq + i) * h + hi) * dv + c];
+                        // Half an ulp of the output (the rounding) plus fp32 noise.
+                        let half_ulp = if f32_out {
+                            2f64.powi(-24)
+                        } else if dtype == DType::Bf16 {
                             2f64.powi(-8)
                         } else {
                             2f64.powi(-11)

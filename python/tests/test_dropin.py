@@ -224,8 +224,8 @@ def run_combine_case(rng, device):
     unwritten; the runtime's combine kernel or either one forced (a CTA per row, lanes per row).
     Outputs poisoned. Within half an ulp of the output dtype plus 1e-6."""
     splits = rng.choice([1, 2, 3, 5, 17, 64, 133, 256])
-    dv = rng.choice([64, 128, 96, 256, 40])
-    dtype = rng.choice([torch.bfloat16, torch.float16])
+    dv = rng.choice([64, 128, 96, 256, 40, 192])
+    dtype = rng.choice([torch.bfloat16, torch.float16, torch.float32])
     h = rng.choice([1, 3, 8])
     layout = rng.choice(["batched", "packed", "packed-cu"])
     if layout == "batched":
@@ -257,13 +257,19 @@ def run_combine_case(rng, device):
         kw.update(seqused=seqused)
     out = torch.full(rows + (h, dv), float("nan"), device=device, dtype=dtype)
     kernel = rng.choice(["auto", "row", "rows"])  # the runtime's choice, or either kernel forced
+    # fp32 out: given, or FA4's default (no out, no out_dtype: the partials' fp32), which then
+    # allocates it (rows past seqused hold whatever torch.empty gave: not checked).
+    default_out = dtype == torch.float32 and seqused is None and rng.random() < 0.5
     fa4gen.set_combine_kernel(kernel)
     try:
-        o, l = fa4gen.flash_attn_combine(o_part, lse_part, out=out, **kw)
+        if default_out:
+            o, l = fa4gen.flash_attn_combine(o_part, lse_part, **kw)
+        else:
+            o, l = fa4gen.flash_attn_combine(o_part, lse_part, out=out, **kw)
     finally:
         fa4gen.set_combine_kernel("auto")
     name = (f"combine {dtype} splits={splits} dv={dv} H={h} {layout} lens={lens} seqused={seqused is not None} "
-            f"kernel={kernel}")
+            f"kernel={kernel} out={'default' if default_out else 'given'}")
     # float64 reference over every row.
     lp = lse_part.double()
     m = lp.amax(0)
@@ -282,7 +288,10 @@ def run_combine_case(rng, device):
             written = torch.zeros(rows, dtype=torch.bool, device=device)
             for i, n in enumerate(used):
                 written[starts[i]:starts[i] + n] = True
-    if o.data_ptr() != out.data_ptr():
+    if default_out:
+        if o.dtype != torch.float32 or tuple(o.shape) != tuple(out.shape):
+            return name, f"default out is {o.dtype} {tuple(o.shape)}, FA4's is fp32 {tuple(out.shape)}", 0
+    elif o.data_ptr() != out.data_ptr():
         return name, "out= was not used", 0
     if (~written).any() and not torch.isnan(o[~written]).all():
         return name, "rows past seqused were written", 0
@@ -291,7 +300,7 @@ def run_combine_case(rng, device):
         return name, "non-finite output in a written row", 0
     # fp32 accumulation over up to 256 terms (1e-5 of their magnitudes), then one rounding to
     # the output dtype (half an ulp).
-    half_ulp = 2.0 ** (-8 if dtype == torch.bfloat16 else -11)
+    half_ulp = 2.0 ** {torch.bfloat16: -8, torch.float16: -11, torch.float32: -24}[dtype]
     acc_err = 1e-5 * (o_part.double().abs() * w.unsqueeze(-1)).sum(0)[written] + 1e-6
     bound = (rw.abs() + acc_err) * half_ulp + acc_err
     err = (ow - rw).abs()
@@ -395,7 +404,10 @@ def bad_inputs(device):
         ("out wrong shape", lambda: fa4gen.flash_attn_func(q, k, k, out=torch.empty(1, 16, 4, 32, device=device, dtype=bf)), ValueError),
         ("lse wrong dtype", lambda: fa4gen.flash_attn_func(q, k, k, return_lse=True,
                                                            lse=torch.empty(1, 4, 16, device=device, dtype=bf)), ValueError),
-        ("combine fp32 output", lambda: fa4gen.flash_attn_combine(part, part_lse), NotImplementedError),
+        ("combine fp64 output", lambda: fa4gen.flash_attn_combine(part, part_lse, out_dtype=torch.float64),
+         NotImplementedError),
+        ("combine out fp32, out_dtype bf16", lambda: fa4gen.flash_attn_combine(
+            part, part_lse, out=torch.empty(part.shape[1:], device=device), out_dtype=bf), ValueError),
         ("combine lse shape", lambda: fa4gen.flash_attn_combine(part, part_lse[..., :2], out_dtype=bf), ValueError),
         ("combine 300 splits", lambda: fa4gen.flash_attn_combine(part[:1].expand(300, -1, -1, -1, -1),
                                                                  part_lse[:1].expand(300, -1, -1, -1), out_dtype=bf),

@@ -2,7 +2,7 @@
 //! call, loads its module once (verified cubin, dynamic shared memory raised once), caches it
 //! per spec, validates buffers and launches on the caller's stream.
 
-use super::combine::CombineKernel;
+use super::combine::{CombineKernel, CombineOutput};
 use super::error::{DriverCall, Error};
 use super::launch::LaunchMode;
 use super::library::KernelLibrary;
@@ -904,7 +904,8 @@ impl FlashAttention {
     }
 
     /// FA4's `flash_attn_combine`: reduce `num_splits` (1..=256) fp32 partial outputs and LSEs
-    /// into `ptrs.o` (the problem's dtype and strides) and, with `return_lse`, `ptrs.lse`:
+    /// into `ptrs.o` (the problem's strides, in elements of `output`: the problem's dtype or
+    /// fp32) and, with `return_lse`, `ptrs.lse`:
     /// `lse = log(sum_s exp(lse_s) [+ exp(sink)])`, `out = sum_s exp(lse_s - lse) o_s`.
     /// `o_partial` is fp32 `(splits, B, Sq, H, Dv)` (`(splits, total_q, H, Dv)` when q is
     /// packed), `lse_partial` fp32 `(splits, B, H, Sq)` (`(splits, H, total_q)`), both
@@ -915,6 +916,7 @@ impl FlashAttention {
     /// # Safety
     /// As [`forward_raw`](Self::forward_raw), for out/lse/the declared arrays and for the
     /// partials at their layouts.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn combine_raw(
         &self,
         stream: sys::CUstream,
@@ -923,6 +925,7 @@ impl FlashAttention {
         o_partial: u64,
         lse_partial: u64,
         ptrs: RawPtrs,
+        output: CombineOutput,
     ) -> Result<(), Error> {
         if !(1..=256).contains(&num_splits) {
             return Err(Error::invalid("num_splits", num_splits, "1..=256 partials"));
@@ -966,6 +969,7 @@ impl FlashAttention {
         let kernel = self.load(&spec)?;
         let mut params = call_params(&v, &ptrs, problem.return_lse, num_splits);
         set_partials(&mut params, problem, o_partial, lse_partial);
+        params.out_fp32 = i32::from(output == CombineOutput::F32);
         self.launch_combine(&kernel, problem, &params, stream)
     }
 

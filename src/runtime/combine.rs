@@ -40,6 +40,19 @@ impl CombineKernel {
     }
 }
 
+/// The element type [`FlashAttention::combine_raw`] writes its output in.
+///
+/// [`FlashAttention::combine_raw`]: super::FlashAttention::combine_raw
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CombineOutput {
+    /// The problem's 16-bit dtype (bf16 or fp16).
+    #[default]
+    Problem,
+    /// fp32: what FA4's `flash_attn_combine` writes by default (its `out_dtype` defaults to
+    /// the partials' dtype, fp32). The kernel is the same; its stores are (`out_fp32`).
+    F32,
+}
+
 /// Threads of either combine kernel (`kCombineThreads`).
 pub(crate) const THREADS: u32 = 128;
 /// CTAs of the per-row kernel an SM holds at once: its 56 registers a thread (d 128, ptxas

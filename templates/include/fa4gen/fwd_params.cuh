@@ -11,7 +11,7 @@ struct FwdParams {
   const u16* q;  // (B, Sq, H, D)      strides below, in elements; last dim contiguous
   const u16* k;  // (B, Sk, Hkv, D)
   const u16* v;  // (B, Sk, Hkv, Dv)
-  u16* o;        // (B, Sq, H, Dv)
+  u16* o;        // (B, Sq, H, Dv); fp32 elements from a combine with out_fp32
   float* lse;    // (B, H, Sq) fp32, (H, total_q) varlen; written only by kernels with the lse flag
 
   // Serving features, read only by kernels with the matching flag.
@@ -44,6 +44,7 @@ struct FwdParams {
   float softcap_scale;            // softcap: scale / softcap; the score is tanh(qk * softcap_scale)
   int m_major_runs;               // causal runs dealt Q block major, (head, batch) fastest (Tiles::at)
   int split_slots, split_units;   // portable split: > 0, each sequence's own count (sequence_splits.cuh)
+  int out_fp32;                   // the combines: o holds fp32 (flash_attn_combine's out_dtype), else 16-bit
 };
 
 // Whether FwdParams has its Rust twin's layout (`params::layout()`, rendered into each kernel):
@@ -57,7 +58,7 @@ struct FwdParamsMatch {
 #if __has_builtin(__builtin_offsetof)
                                 && __builtin_offsetof(FwdParams, group) == kGroup &&
                                 __builtin_offsetof(FwdParams, scale_log2) == kScale &&
-                                __builtin_offsetof(FwdParams, split_units) == kLast
+                                __builtin_offsetof(FwdParams, out_fp32) == kLast
 #endif
 #endif
       ;

@@ -71,7 +71,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 128 && kSmemBytes == 70160, "layout differs from KernelSpec::geometry");
-static_assert(FwdParamsMatch<328, 276, 308, 324>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<336, 276, 308, 328>::value, "FwdParams differs from its Rust twin");
 
 // Split: the (sequence, split) unit this CTA holds under counts per sequence (split_unit
 // leaves it here; the K/V loads and the epilogue read it rather than hold it in registers), or
@@ -528,16 +528,40 @@ constexpr int kChunks = kDv / 4;                             // float4 chunks of
 constexpr int kShares = kCombineThreads / kChunks;           // threads per chunk, over the splits
 constexpr int kBatch = 8;                                    // loads in flight per thread
 static_assert(kDv % 4 == 0 && kShares >= 1, "the combine's chunks");
-// The counts before the wait. Counts per sequence (split_units > 0) are computed before the
-// wait for the partials: they depend only on the call's sequence arrays, which were complete
-// when the split kernel, this grid's primary, passed its own wait (its first statement), and
-// this grid launches only once every CTA of that kernel has passed it. So the deal (the batch's
-// lengths, reductions, a scan) runs during the split kernel's tail, not between its end and the
-// first partial load. With split_units 0 (combine_raw, launched after any kernel, which may
-// write those arrays) sequence_splits reads nothing. A CTA whose sequence took one split (the
-// forward wrote it) still waits before it exits: the next kernel, launched as this grid's
-// programmatic dependent, waits for this grid only, so this grid must not end before its
-// primary (PDL promises no transitivity).
+// Both combines open with combine_splits: the sequence's split count, then the wait for the
+// partials. The count comes first: counts per sequence (split_units > 0) depend only on the
+// call's sequence arrays, which were complete when the split kernel, this grid's primary,
+// passed its own wait (its first statement), and this grid launches only once every CTA of that
+// kernel has passed it; so the deal (the batch's lengths, reductions, a scan) runs during the
+// split kernel's tail, not between its end and the first partial load. With split_units 0
+// (combine_raw, launched after any kernel, which may write those arrays) sequence_splits reads
+// nothing. After the wait the partials and the sequence lengths are complete and visible.
+// 0: the forward wrote the sequence's one split itself (`unit_writes_partials`, the same rule
+// spelled from the count) and the CTA exits, having waited: the next kernel, launched as this
+// grid's programmatic dependent, waits for this grid only, so this grid must not end before
+// its primary (PDL promises no transitivity). Counts are otherwise at least 1. Every thread
+// of the CTA calls it (barriers inside).
+FA4_DEVICE int combine_splits(const FwdParams& p, int batch, u64* scratch) {
+  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(p, batch, split_geometry(p), scratch);
+  grid_dependency_wait();
+  if (p.split_units > 0 && splits == 1) return 0;
+  grid_dependency_launch();
+  return splits;
+}
+
+// Row (query i, head) of sequence `batch`'s O, in elements.
+FA4_DEVICE i64 out_row(const FwdParams& p, const Seq& seq, int batch, int i, int head) {
+  return seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride + (i64)head * p.o_head_stride;
+}
+// Four output columns of a combined row at element `offset` of O: 16-bit in the module's
+// dtype, or fp32 where the call asks (out_fp32: FA4's flash_attn_combine writes its partials'
+// dtype unless told otherwise). Uniform over the grid: one branch, no divergence.
+FA4_DEVICE void store_out4(const FwdParams& p, i64 offset, float4 v) {
+  if (p.out_fp32)
+    *reinterpret_cast<float4*>(reinterpret_cast<float*>(p.o) + offset) = v;
+  else
+    *reinterpret_cast<uint2*>(p.o + offset) = uint2{Elem::pack2(v.x, v.y), Elem::pack2(v.z, v.w)};
+}
 
 extern "C" __global__ void __launch_bounds__(kCombineThreads)
 fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_packgqa_paged_split_combine(const __grid_constant__ FwdParams p) {
@@ -546,17 +570,9 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_packgqa_paged_split_com
   __shared__ float scratch[kCombineThreads / 32];
   const int tid = threadIdx.x;
   const int batch = blockIdx.z, head = blockIdx.y, i = blockIdx.x;
-  // The sequence's count first: see "the counts before the wait" above.
   __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
-  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(p, batch, split_geometry(p), combine_scratch);
-  if (p.split_units > 0 && splits == 1) {  // the forward wrote it (unit_writes_partials)
-    grid_dependency_wait();  // see "the counts before the wait": this grid ends after its primary
-    return;
-  }
-  // Launched as the split kernel's programmatic dependent (or combine_raw's, after any kernel):
-  // the partials, and the sequence lengths below, are complete and visible after this.
-  grid_dependency_wait();
-  grid_dependency_launch();
+  const int splits = combine_splits(p, batch, combine_scratch);
+  if (splits == 0) return;
   const Seq seq(p, batch);
   if (i >= seq.seqlen_q) return;
 
@@ -636,9 +652,7 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_packgqa_paged_split_com
       acc.z += y.z;
       acc.w += y.w;
     }
-    u16* dst = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride +
-               (i64)head * p.o_head_stride + c * 4;
-    *reinterpret_cast<uint2*>(dst) = uint2{Elem::pack2(acc.x, acc.y), Elem::pack2(acc.z, acc.w)};
+    store_out4(p, out_row(p, seq, batch, i, head) + c * 4, acc);
   }
 }
 
@@ -667,16 +681,9 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_packgqa_paged_split_com
   __shared__ float weight[kRowsPerCta][kMaxSplits];
   const int lane = threadIdx.x % kRowLanes, group = threadIdx.x / kRowLanes;
   const int batch = blockIdx.z;
-  // As the per-row kernel: the sequence's count before the wait (see above), then,
-  // launched as a programmatic dependent, it waits here for the partials.
   __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
-  const int splits = sequence_splits<kCombineThreads, kVarlen, kPaged>(p, batch, split_geometry(p), combine_scratch);
-  if (p.split_units > 0 && splits == 1) {  // the forward wrote it (unit_writes_partials)
-    grid_dependency_wait();  // as the per-row kernel: this grid ends after its primary
-    return;
-  }
-  grid_dependency_wait();
-  grid_dependency_launch();
+  const int splits = combine_splits(p, batch, combine_scratch);
+  if (splits == 0) return;
   const Seq seq(p, batch);
   const int rows = seq.seqlen_q * p.heads;
   // `base` is uniform over the CTA, so every lane of a warp runs each step and its shuffles;
@@ -757,14 +764,11 @@ fa4gen_fwd_sm90_portable_bf16_d128x128_m128n64_q1_causal_packgqa_paged_split_com
       load_batch(s0);
     }
     if (live) {
-      u16* row = p.o + seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride +
-                 (i64)head * p.o_head_stride;
+      const i64 row = out_row(p, seq, batch, i, head);
 #pragma unroll
       for (int m = 0; m < kLaneChunks; ++m) {
         const int c = lane + m * kRowLanes;
-        if (c < kChunks)
-          *reinterpret_cast<uint2*>(row + c * 4) =
-              uint2{Elem::pack2(acc[m].x, acc[m].y), Elem::pack2(acc[m].z, acc[m].w)};
+        if (c < kChunks) store_out4(p, row + c * 4, acc[m]);
       }
     }
     __syncwarp();  // the group has read its weights: the next step may write them
