@@ -837,7 +837,8 @@ COMBINE_ALONE = [  # (B, Sq, H, Dv, splits): flash_attn_combine on random partia
 def combine():
     """The split-KV combine's two kernels (one CTA per (query, head) row; a group of lanes per row)
     and the runtime's choice between them, in turns: forwards that split (chunked prefill, short
-    prefill, decode) and flash_attn_combine alone. ms per call, medians of graph replays."""
+    prefill, decode) and flash_attn_combine alone (16-bit output through each kernel, then fp32 output
+    by the runtime's choice). ms per call, medians of graph replays."""
     kernels = ("row", "rows", "auto", "row_again", "rows_again", "auto_again")
     for b, sq, sk, h, hkv, d, causal, splits in COMBINE_FORWARDS:
         n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
@@ -867,6 +868,10 @@ def combine():
             ms = graph_time_ms(lambda i: fa4gen.flash_attn_combine(ops[i], lps[i], out=outs[i], return_lse=False), n)
             row[f"us_{key}"] = round(ms * 1e3, 2)
         fa4gen.set_combine_kernel("auto")
+        # fp32 output (FA4's default for fp32 partials): twice the bytes written.
+        outs = [torch.empty(b, sq, h, dv, device=DEV) for _ in range(n)]
+        ms = graph_time_ms(lambda i: fa4gen.flash_attn_combine(ops[i], lps[i], out=outs[i], return_lse=False), n)
+        row["us_auto_fp32"] = round(ms * 1e3, 2)
         emit(**row)
         del ops, lps, outs
         torch.cuda.empty_cache()

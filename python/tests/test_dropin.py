@@ -86,6 +86,7 @@ def oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse):
 
 
 CAPTURED = [0]  # varlen cases run as a captured CUDA graph (max_seqlen_q/k omitted)
+COMBINE_OUT = {}  # random combine cases per output: 'bf16', 'fp16', 'fp32', 'fp32 default'
 
 
 def run_varlen_case(rng, device):
@@ -270,6 +271,9 @@ def run_combine_case(rng, device):
         fa4gen.set_combine_kernel("auto")
     name = (f"combine {dtype} splits={splits} dv={dv} H={h} {layout} lens={lens} seqused={seqused is not None} "
             f"kernel={kernel} out={'default' if default_out else 'given'}")
+    key = str(dtype).replace("torch.float32", "fp32").replace("torch.float16", "fp16").replace("torch.bfloat16", "bf16")
+    key += " default" if default_out else ""
+    COMBINE_OUT[key] = COMBINE_OUT.get(key, 0) + 1
     # float64 reference over every row.
     lp = lse_part.double()
     m = lp.amax(0)
@@ -500,7 +504,8 @@ def main():
         if eo.shape != (0, 4, 64) or el.shape != (0, 4):
             comb_fail.append(f"empty combine: shapes {tuple(eo.shape)}, {tuple(el.shape)}")
     print(f"drop-in combine: {n_comb - len(comb_fail)} passed, {len(comb_fail)} failed of {n_comb} cases "
-          f"({n_comb // 4} end to end); worst err/bound {comb_worst:.3f}")
+          f"({n_comb // 4} end to end; random ones by output: "
+          f"{', '.join(f'{k} {v}' for k, v in sorted(COMBINE_OUT.items()))}); worst err/bound {comb_worst:.3f}")
     for f in comb_fail:
         print("FAIL", f)
     failures += comb_fail
