@@ -41,7 +41,9 @@ def main():
         with open(os.path.join(dst, stem + ".cubin"), "wb") as f:
             f.write(cubin)
         if stem in by_stem:
-            k = dict(by_stem[stem], cubin=k["cubin"])
+            # The base's rendering hash (what the staged binaries check), the variant's cubin and
+            # launch shape (a variant may lay shared memory out differently).
+            k = dict(by_stem[stem], cubin=k["cubin"], threads=k["threads"], smem_bytes=k["smem_bytes"])
         kernels.append(k)
         res = k["cubin"].get("resources") or {}
         print(f"{stem}: {res.get('registers')} registers, spills {res.get('spill_store_bytes')}/{res.get('spill_load_bytes')} bytes")
