@@ -4,8 +4,9 @@
  *
  * Conventions (FA4's): q (B, Sq, H, D), k (B, Sk, Hkv, D), v (B, Sk, Hkv, Dv), out (B, Sq, H, Dv),
  * lse (B, H, Sq) fp32 natural log. Strides are in elements, as {batch, row, head}; the last dim
- * must be contiguous and every stride a multiple of 8 (16-byte rows). Causal and windows are
- * bottom-right aligned; rows that see no key give 0 and LSE -inf (the sink's logit with sinks).
+ * must be contiguous and every stride a multiple of 8 elements (16-byte rows; 32-byte for
+ * fa4gen_combine's fp32 out). Causal and windows are bottom-right aligned; rows that see no
+ * key give 0 and LSE -inf (the sink's logit with sinks).
  *
  * Serving features (ABI 2), FA4's varlen conventions: with total_q >= 0, q/out are packed
  * (total_q, H, D) rows addressed through cu_seqlens_q (int32, B+1) and the LSE is (H, total_q);
@@ -159,7 +160,8 @@ fa4gen_status fa4gen_forward_ext(fa4gen_handle* h, const fa4gen_problem* p, cons
  * seqlen_q, heads, head_dim_v, o_strides, return_lse, total_q / has_seqused_q with extra's
  * cu_seqlens_q / seqused_q, has_sinks with extra's sinks. Its K side must be valid but is not
  * read (fa4gen_problem_init(p, dtype, B, Sq, Sq, H, H, Dv, Dv) serves). The kernel comes from
- * the canonical combine module of (dtype, Dv, LSE, sink, ragged rows), which model plans ship;
+ * the canonical combine module of (dtype, Dv, LSE, sink, ragged rows), which model plans ship
+ * (FA4GEN_FP32: the bf16 module's, else the fp16 one's, each able to write fp32);
  * a split that saw no key (lse_s = -inf) contributes nothing, and a row none saw gives 0 and
  * -inf. */
 fa4gen_status fa4gen_combine(const fa4gen_handle* h, const fa4gen_problem* p, uint32_t num_splits,

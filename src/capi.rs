@@ -12,7 +12,8 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 pub const ABI_VERSION: u32 = 2;
 pub const WINDOW_NONE: i64 = i64::MIN;
-/// `fa4gen_dtype`'s FA4GEN_FP32: a dtype only `fa4gen_combine`'s output may have.
+/// `fa4gen_dtype`: FA4GEN_BF16, and FA4GEN_FP32, a dtype only `fa4gen_combine`'s output may have.
+pub const FA4GEN_BF16: i32 = 0;
 pub const FA4GEN_FP32: i32 = 2;
 
 #[repr(C)]
@@ -144,7 +145,7 @@ fn nonneg(field: &'static str, v: i64) -> Result<usize, Error> {
 /// Convert the C problem to a `Problem` (range checks here; the rest in `Problem::validate`).
 pub fn to_problem(c: &CProblem) -> Result<Problem, Error> {
     let dtype = match c.dtype {
-        0 => DType::Bf16,
+        FA4GEN_BF16 => DType::Bf16,
         1 => DType::Fp16,
         d => {
             return Err(invalid(
@@ -627,11 +628,11 @@ pub unsafe extern "C" fn fa4gen_combine(
 ) -> Status {
     guard(|| {
         let h = handle_ref(h)?;
-        // FA4GEN_FP32: fp32 output. The module is the bf16 one (a combine's dtype is only its
-        // output's; its loads are fp32 partials), its stores told to write fp32.
+        // FA4GEN_FP32: fp32 output. A combine's dtype is only its output's (its loads are fp32
+        // partials): the bf16 module's kernel (else the fp16 one's) writes fp32.
         let mut c = *problem_ref(p)?;
         let output = if c.dtype == FA4GEN_FP32 {
-            c.dtype = 0;
+            c.dtype = FA4GEN_BF16;
             CombineOutput::F32
         } else {
             CombineOutput::Problem

@@ -182,7 +182,7 @@ def _handle(device):
 
 
 _DTYPES = {torch.bfloat16: 0, torch.float16: 1}
-_FP32_OUT = 2  # FA4GEN_FP32: fa4gen_combine's output only
+_COMBINE_OUT = {**_DTYPES, torch.float32: 2}  # fa4gen_combine's output dtypes (FA4GEN_FP32: its output only)
 
 
 def _not_built(name, value, default, issue):
@@ -502,7 +502,7 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     transposed view of (B, H, Sq) / (H, total_q) storage, or None). Packed rows without
     cu_seqlens are one sequence; cu_seqlens (int32, B + 1) splits them into B (max_seqlen_q, a
     host int, saves one device sync) and seqused (int32, B) caps each sequence's rows (rows past
-    it are not written). The output's dtype is `out_dtype`, else `out`'s, else the partials'
+    it are not written). The output's dtype is `out`'s, else `out_dtype`, else the partials'
     (FA4's default: fp32 for fp32 partials): bf16, fp16 or fp32."""
     _not_built("virtual_batch_idx", virtual_batch_idx, None, "for a scheduler's batch order")
     if not isinstance(out_partial, torch.Tensor) or not isinstance(lse_partial, torch.Tensor):
@@ -518,9 +518,13 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     rows = tuple(out_partial.shape[1:-2])  # (B, Sq) or (total_q,)
     if tuple(lse_partial.shape) != (splits,) + rows + (h,):
         raise ValueError(f"lse_partial must have shape {(splits,) + rows + (h,)}, got {tuple(lse_partial.shape)}")
-    if out_dtype is None:
-        out_dtype = out.dtype if out is not None else out_partial.dtype
-    if out_dtype not in _DTYPES and out_dtype != torch.float32:
+    if out is not None and not isinstance(out, torch.Tensor):
+        raise ValueError("out must be a torch.Tensor or None")
+    if out is not None:  # FA4: a given out is written in its own dtype, whatever out_dtype says
+        out_dtype = out.dtype
+    elif out_dtype is None:
+        out_dtype = out_partial.dtype
+    if out_dtype not in _COMBINE_OUT:
         raise NotImplementedError(f"output dtype {out_dtype} is not built in fa4gen: bf16, fp16 and fp32 are")
     if packed:
         total_q = rows[0]
@@ -548,17 +552,15 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     o_shape = rows + (h, dv)
     if out is None:
         out = torch.empty(o_shape, dtype=out_dtype, device=dev)
-    elif tuple(out.shape) != o_shape or out.dtype != out_dtype or out.device != dev:
-        raise ValueError(f"out must be a {out_dtype} tensor of shape {o_shape} on {dev}")
+    elif tuple(out.shape) != o_shape or out.device != dev:
+        raise ValueError(f"out must be a tensor of shape {o_shape} on {dev}")
     lse = None
     if return_lse:
         lse = torch.empty((h, total_q) if packed else (b, h, sq), dtype=torch.float32, device=dev)
     strides = (0,) + tuple(out.stride()) if packed else tuple(out.stride())[:3]
-    # fp32 output: the bf16 module's combine, told to store fp32 (FA4GEN_FP32 in the problem).
-    p = _problem((b, sq, sq, h, h, dv, dv, torch.bfloat16 if out_dtype == torch.float32 else out_dtype),
-                 ((0, 0, 0), (0, 0, 0), (0, 0, 0), strides[:3]), None, False, (None, None), False, return_lse, splits)
-    if out_dtype == torch.float32:
-        p.dtype = _FP32_OUT
+    p = _problem((b, sq, sq, h, h, dv, dv, torch.bfloat16), ((0, 0, 0), (0, 0, 0), (0, 0, 0), strides[:3]),
+                 None, False, (None, None), False, return_lse, splits)
+    p.dtype = _COMBINE_OUT[out_dtype]  # the output's dtype; for fp32 the library picks a 16-bit module
     # The K side is validated, never read: contiguous strides of a (B, Sq, H, Dv) tensor.
     for field in ("q_strides", "k_strides", "v_strides"):
         getattr(p, field)[:] = (sq * h * dv, h * dv, dv)

@@ -86,7 +86,7 @@ def oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse):
 
 
 CAPTURED = [0]  # varlen cases run as a captured CUDA graph (max_seqlen_q/k omitted)
-COMBINE_OUT = {}  # random combine cases per output: 'bf16', 'fp16', 'fp32', 'fp32 default'
+COMBINE_OUT = {}  # random combine cases per output dtype, and how it was asked for
 
 
 def run_varlen_case(rng, device):
@@ -222,8 +222,9 @@ def run_combine_case(rng, device):
     """flash_attn_combine on random partials (FA4's layouts) against a float64 reduction of the
     same partials: splits 1..256 with some that saw no key (LSE -inf) and rows none saw, batched
     or packed rows (with and without cu_seqlens, lengths incl. 0 and 1), seqused rows left
-    unwritten; the runtime's combine kernel or either one forced (a CTA per row, lanes per row).
-    Outputs poisoned. Within half an ulp of the output dtype plus 1e-6."""
+    unwritten; the runtime's combine kernel or either one forced (a CTA per row, lanes per row);
+    output bf16, fp16 or fp32, given (poisoned) or, fp32, FA4's default (allocated by the call).
+    Within half an ulp of the output dtype plus fp32 accumulation."""
     splits = rng.choice([1, 2, 3, 5, 17, 64, 133, 256])
     dv = rng.choice([64, 128, 96, 256, 40, 192])
     dtype = rng.choice([torch.bfloat16, torch.float16, torch.float32])
@@ -258,9 +259,13 @@ def run_combine_case(rng, device):
         kw.update(seqused=seqused)
     out = torch.full(rows + (h, dv), float("nan"), device=device, dtype=dtype)
     kernel = rng.choice(["auto", "row", "rows"])  # the runtime's choice, or either kernel forced
-    # fp32 out: given, or FA4's default (no out, no out_dtype: the partials' fp32), which then
-    # allocates it (rows past seqused hold whatever torch.empty gave: not checked).
+    # fp32 out: given, or FA4's default (no out, no out_dtype: the partials' fp32), allocated by
+    # the call and so not poisoned (only without seqused: every row is then written and checked).
     default_out = dtype == torch.float32 and seqused is None and rng.random() < 0.5
+    # A given out beside another out_dtype: FA4 writes out's dtype (out_dtype only shapes an out
+    # it allocates).
+    if not default_out and rng.random() < 0.25:
+        kw.update(out_dtype=rng.choice([t for t in (torch.bfloat16, torch.float16, torch.float32) if t != dtype]))
     fa4gen.set_combine_kernel(kernel)
     try:
         if default_out:
@@ -270,9 +275,9 @@ def run_combine_case(rng, device):
     finally:
         fa4gen.set_combine_kernel("auto")
     name = (f"combine {dtype} splits={splits} dv={dv} H={h} {layout} lens={lens} seqused={seqused is not None} "
-            f"kernel={kernel} out={'default' if default_out else 'given'}")
-    key = str(dtype).replace("torch.float32", "fp32").replace("torch.float16", "fp16").replace("torch.bfloat16", "bf16")
-    key += " default" if default_out else ""
+            f"kernel={kernel} out={'default' if default_out else 'given'} out_dtype={kw.get('out_dtype')}")
+    key = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    key += " default" if default_out else " beside another out_dtype" if "out_dtype" in kw else ""
     COMBINE_OUT[key] = COMBINE_OUT.get(key, 0) + 1
     # float64 reference over every row.
     lp = lse_part.double()
@@ -410,8 +415,7 @@ def bad_inputs(device):
                                                            lse=torch.empty(1, 4, 16, device=device, dtype=bf)), ValueError),
         ("combine fp64 output", lambda: fa4gen.flash_attn_combine(part, part_lse, out_dtype=torch.float64),
          NotImplementedError),
-        ("combine out fp32, out_dtype bf16", lambda: fa4gen.flash_attn_combine(
-            part, part_lse, out=torch.empty(part.shape[1:], device=device), out_dtype=bf), ValueError),
+        ("combine out not a tensor", lambda: fa4gen.flash_attn_combine(part, part_lse, out=[0.0]), ValueError),
         ("combine lse shape", lambda: fa4gen.flash_attn_combine(part, part_lse[..., :2], out_dtype=bf), ValueError),
         ("combine 300 splits", lambda: fa4gen.flash_attn_combine(part[:1].expand(300, -1, -1, -1, -1),
                                                                  part_lse[:1].expand(300, -1, -1, -1), out_dtype=bf),

@@ -10,7 +10,7 @@ use super::problem::{Problem, Validated};
 use crate::params::FwdParams;
 use crate::schedule::{self, CausalRuns};
 use crate::select::{self, DeviceInfo, Selection};
-use crate::spec::{Impl, KernelSpec};
+use crate::spec::{DType, Impl, KernelSpec};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, sys,
 };
@@ -944,7 +944,7 @@ impl FlashAttention {
         let mut p = problem.clone();
         p.num_splits = 2;
         let v = p.validate()?;
-        let spec = combine_spec(self.device.arch()?, problem)?;
+        let (spec, fallback) = combine_specs(self.device.arch()?, problem, output)?;
         let ptrs = RawPtrs {
             q: 0,
             k: 0,
@@ -966,7 +966,10 @@ impl FlashAttention {
         if no_rows {
             return Ok(());
         }
-        let kernel = self.load(&spec)?;
+        let kernel = match (self.load(&spec), fallback) {
+            (Err(Error::KernelMissing { .. }), Some(other)) => self.load(&other)?,
+            (loaded, _) => loaded?,
+        };
         let mut params = call_params(&v, &ptrs, problem.return_lse, num_splits);
         set_partials(&mut params, problem, o_partial, lse_partial);
         params.out_fp32 = i32::from(output == CombineOutput::F32);
@@ -1194,6 +1197,27 @@ pub fn combine_spec(arch: crate::Arch, problem: &Problem) -> Result<KernelSpec, 
     })
 }
 
+/// The module whose combine writes `problem`'s output (`combine_spec`), and for fp32 output the
+/// one to load where the library lacks it: the other 16-bit dtype's, since either combine
+/// kernel writes fp32 (only its 16-bit store differs), so a library that ships one dtype's
+/// modules serves fp32 output too.
+pub fn combine_specs(
+    arch: crate::Arch,
+    problem: &Problem,
+    output: CombineOutput,
+) -> Result<(KernelSpec, Option<KernelSpec>), Error> {
+    let spec = combine_spec(arch, problem)?;
+    if output == CombineOutput::Problem {
+        return Ok((spec, None));
+    }
+    let mut other = problem.clone();
+    other.dtype = match problem.dtype {
+        DType::Bf16 => DType::Fp16,
+        DType::Fp16 => DType::Bf16,
+    };
+    Ok((spec, Some(combine_spec(arch, &other)?)))
+}
+
 /// Point the parameters at split partials: O `(splits, total_q, H, Dv)` fp32 at `o_partial`,
 /// LSE `(splits, <LSE layout>)` fp32 at `lse_partial`.
 fn set_partials(params: &mut FwdParams, p: &Problem, o_partial: u64, lse_partial: u64) {
@@ -1221,6 +1245,27 @@ mod tests {
     use crate::runtime::Varlen;
     use crate::select::H200;
     use crate::spec::DType;
+
+    #[test]
+    fn fp32_combine_output_may_use_either_16_bit_module() {
+        let p = Problem::new(DType::Fp16, 2, 3, 3, 4, 4, 64, 64);
+        let (own, none) = combine_specs(crate::Arch::Sm90, &p, CombineOutput::Problem).unwrap();
+        assert_eq!((own.dtype, own.dv, own.feat.split), (DType::Fp16, 64, true));
+        assert!(
+            none.is_none(),
+            "16-bit output: the problem's dtype's module only"
+        );
+        let (first, other) = combine_specs(crate::Arch::Sm90, &p, CombineOutput::F32).unwrap();
+        let other = other.expect("fp32 output: the other dtype's module as the fallback");
+        assert_eq!(first, own);
+        assert_eq!(
+            (other.dtype, other.dv, other.lse),
+            (DType::Bf16, 64, own.lse)
+        );
+        // A head dim no module has is refused either way, before any pointer is looked at.
+        let wide = Problem::new(DType::Bf16, 1, 1, 1, 1, 1, 512, 512);
+        assert!(combine_specs(crate::Arch::Sm90, &wide, CombineOutput::F32).is_err());
+    }
 
     fn need(p: &Problem) -> (Selection, usize, usize) {
         let v = p.validate().unwrap();

@@ -49,7 +49,8 @@ pub enum CombineOutput {
     #[default]
     Problem,
     /// fp32: what FA4's `flash_attn_combine` writes by default (its `out_dtype` defaults to
-    /// the partials' dtype, fp32). The kernel is the same; its stores are (`out_fp32`).
+    /// the partials' dtype, fp32). Either 16-bit module's combine kernel writes it, told by
+    /// `FwdParams::out_fp32`: the problem's dtype picks the module tried first.
     F32,
 }
 

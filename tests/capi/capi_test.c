@@ -167,7 +167,7 @@ int main(int argc, char** argv) {
    * at first use where the kernels root lacks it (the staged library has the jit). */
   CHECK(fa4gen_enable_jit(h, NULL) == FA4GEN_OK, "enable jit");
   {
-    const int S = 3;
+    enum { S = 3 }; /* a constant: l[S] below */
     const size_t rows = (size_t)B * SQ * H;
     float *po = malloc(S * rows * D * 4), *pl = malloc(S * rows * 4), *co = malloc(rows * D * 4), *cl = malloc(rows * 4);
     for (size_t i = 0; i < S * rows * D; i++) po[i] = (float)rand() / RAND_MAX * 2 - 1;
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
       for (int hh = 0; hh < H; hh++)
         for (int i = 0; i < SQ; i++) {
           /* o_partial (S, B, SQ, H, D), lse_partial (S, B, H, SQ); out (B, SQ, H, D), lse (B, H, SQ). */
-          double l[3], m = -INFINITY, sum = 0;
+          double l[S], m = -INFINITY, sum = 0;
           for (int sp = 0; sp < S; sp++) {
             l[sp] = pl[(((size_t)sp * B + b) * H + hh) * SQ + i];
             if (l[sp] > m) m = l[sp];
