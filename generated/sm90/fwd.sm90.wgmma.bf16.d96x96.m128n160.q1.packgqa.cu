@@ -137,7 +137,7 @@ static_assert(kThreads == 384 && kSmemBytes == 230496, "layout differs from Kern
 static_assert(kD % 16 == 0 && kDvPad == 128 && kTileN % 16 == 0, "tiles the wgmma layouts cannot hold");
 constexpr int kCtasPerSm = 1;  // 2: one consumer's CTAs take turns at the tensor cores
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536 / kCtasPerSm, "register pool overcommitted");
-static_assert(FwdParamsMatch<336, 276, 308, 328>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<336, 276, 308, 332>::value, "FwdParams differs from its Rust twin");
 
 // The TMA descriptors the host encodes per call (runtime/tma.rs): 4-d (dim, row, head, batch);
 // packed (varlen) tensors are one batch of all rows, paged K/V a batch of pages — or, with

@@ -503,8 +503,11 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     cu_seqlens are one sequence; cu_seqlens (int32, B + 1) splits them into B (max_seqlen_q, a
     host int, saves one device sync) and seqused (int32, B) caps each sequence's rows (rows past
     it are not written). The output's dtype is `out`'s, else `out_dtype`, else the partials'
-    (FA4's default: fp32 for fp32 partials): bf16, fp16 or fp32."""
-    _not_built("virtual_batch_idx", virtual_batch_idx, None, "for a scheduler's batch order")
+    (FA4's default: fp32 for fp32 partials): bf16, fp16 or fp32. Dv up to 512 (MLA decode's;
+    rows past 256 columns are reduced in column parts). virtual_batch_idx (int32, B), as FA4:
+    without cu_seqlens and seqused, batch virtual_batch_idx[z] is combined for z in 0..B, so the
+    batches it lists are written and the others left as they are (an index outside 0..B lists
+    none); with either, it is ignored."""
     if not isinstance(out_partial, torch.Tensor) or not isinstance(lse_partial, torch.Tensor):
         raise TypeError("out_partial and lse_partial must be torch.Tensors")
     packed = out_partial.dim() == 4
@@ -542,6 +545,14 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
         if cu_seqlens is not None:
             raise ValueError("cu_seqlens goes with packed (splits, total_q, H, Dv) partials")
         b, sq = rows
+    if virtual_batch_idx is not None and cu_seqlens is None and seqused is None:
+        vbi = _int32_vector("virtual_batch_idx", virtual_batch_idx, b, dev)
+        # Written rows: every row of a listed batch, none of another (as seqused 0), worked out
+        # on the device (no sync; graph-capturable), an out-of-range index clamped and then
+        # discounted rather than read out of bounds.
+        listed = torch.zeros(b, dtype=torch.int32, device=dev).scatter_reduce_(
+            0, vbi.long().clamp(0, max(b - 1, 0)), ((vbi >= 0) & (vbi < b)).to(torch.int32), reduce="amax")
+        seqused = listed * sq
     seqused = _int32_vector("seqused", seqused, b, dev)
     if not 1 <= splits <= 256:
         raise ValueError(f"num_splits (out_partial's first dim) must be 1..256, got {splits}")

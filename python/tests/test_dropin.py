@@ -226,7 +226,7 @@ def run_combine_case(rng, device):
     output bf16, fp16 or fp32, given (poisoned) or, fp32, FA4's default (allocated by the call).
     Within half an ulp of the output dtype plus fp32 accumulation."""
     splits = rng.choice([1, 2, 3, 5, 17, 64, 133, 256])
-    dv = rng.choice([64, 128, 96, 256, 40, 192])
+    dv = rng.choice([64, 128, 96, 256, 40, 192, 512])  # 512: MLA decode's, in two column parts
     dtype = rng.choice([torch.bfloat16, torch.float16, torch.float32])
     h = rng.choice([1, 3, 8])
     layout = rng.choice(["batched", "packed", "packed-cu"])
@@ -257,11 +257,21 @@ def run_combine_case(rng, device):
         used = [rng.randint(0, rows[1]) for _ in range(rows[0])]
         seqused = torch.tensor(used, dtype=torch.int32, device=device)
         kw.update(seqused=seqused)
+    # FA4's virtual_batch_idx (batched, no seqused): batch vbi[z] combined for each z, so the
+    # listed batches are written, the others not: a permutation, or some repeated and some left out.
+    vbi = None
+    if layout == "batched" and seqused is None and rng.random() < 0.3:
+        order = list(range(rows[0]))
+        rng.shuffle(order)
+        if rng.random() < 0.5:
+            order = [rng.choice(order) for _ in order]
+        vbi = order
+        kw.update(virtual_batch_idx=torch.tensor(order, dtype=torch.int32, device=device))
     out = torch.full(rows + (h, dv), float("nan"), device=device, dtype=dtype)
     kernel = rng.choice(["auto", "row", "rows"])  # the runtime's choice, or either kernel forced
     # fp32 out: given, or FA4's default (no out, no out_dtype: the partials' fp32), allocated by
     # the call and so not poisoned (only without seqused: every row is then written and checked).
-    default_out = dtype == torch.float32 and seqused is None and rng.random() < 0.5
+    default_out = dtype == torch.float32 and seqused is None and vbi is None and rng.random() < 0.5
     # A given out beside another out_dtype: FA4 writes out's dtype (out_dtype only shapes an out
     # it allocates).
     if not default_out and rng.random() < 0.25:
@@ -275,9 +285,12 @@ def run_combine_case(rng, device):
     finally:
         fa4gen.set_combine_kernel("auto")
     name = (f"combine {dtype} splits={splits} dv={dv} H={h} {layout} lens={lens} seqused={seqused is not None} "
+            f"virtual_batch_idx={vbi} "
             f"kernel={kernel} out={'default' if default_out else 'given'} out_dtype={kw.get('out_dtype')}")
     key = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
     key += " default" if default_out else " beside another out_dtype" if "out_dtype" in kw else ""
+    key += " virtual_batch_idx" if vbi is not None else ""
+    key += " dv 512" if dv == 512 else ""
     COMBINE_OUT[key] = COMBINE_OUT.get(key, 0) + 1
     # float64 reference over every row.
     lp = lse_part.double()
@@ -288,6 +301,8 @@ def run_combine_case(rng, device):
     ref = (o_part.double() * w.unsqueeze(-1)).sum(0)
     # The rows the call must write: all, or each sequence's first seqused.
     written = torch.ones(rows, dtype=torch.bool, device=device)
+    if vbi is not None:
+        written[[bi for bi in range(rows[0]) if bi not in vbi]] = False
     if seqused is not None:
         used = seqused.tolist()
         if layout == "batched":
@@ -303,7 +318,7 @@ def run_combine_case(rng, device):
     elif o.data_ptr() != out.data_ptr():
         return name, "out= was not used", 0
     if (~written).any() and not torch.isnan(o[~written]).all():
-        return name, "rows past seqused were written", 0
+        return name, "rows past seqused (or of batches virtual_batch_idx leaves out) were written", 0
     ow, rw = o[written].double(), ref[written]
     if ow.numel() and not torch.isfinite(ow).all():
         return name, "non-finite output in a written row", 0
@@ -422,9 +437,11 @@ def bad_inputs(device):
          ValueError),
         ("combine cu_seqlens on batched", lambda: fa4gen.flash_attn_combine(
             part, part_lse, out_dtype=bf, cu_seqlens=torch.tensor([0, 16], dtype=torch.int32, device=device)), ValueError),
-        ("combine virtual_batch_idx", lambda: fa4gen.flash_attn_combine(
-            part, part_lse, out_dtype=bf, virtual_batch_idx=torch.zeros(1, dtype=torch.int32, device=device)),
-         NotImplementedError),
+        ("combine virtual_batch_idx length", lambda: fa4gen.flash_attn_combine(
+            part, part_lse, out_dtype=bf, virtual_batch_idx=torch.zeros(2, dtype=torch.int32, device=device)),
+         ValueError),
+        ("combine head dim 520", lambda: fa4gen.flash_attn_combine(
+            torch.zeros(2, 1, 16, 4, 520, device=device), part_lse, out_dtype=bf), ValueError),
         ("sequence split shares -1", lambda: fa4gen.set_sequence_splits(-1), ValueError),
         ("combine head dim 12", lambda: fa4gen.flash_attn_combine(part[..., :12], part_lse, out_dtype=bf), ValueError),
     ]

@@ -2,7 +2,7 @@
 //! call, loads its module once (verified cubin, dynamic shared memory raised once), caches it
 //! per spec, validates buffers and launches on the caller's stream.
 
-use super::combine::{CombineKernel, CombineOutput};
+use super::combine::{CombineKernel, CombineOutput, MAX_COMBINE_DV, column_parts};
 use super::error::{DriverCall, Error};
 use super::launch::LaunchMode;
 use super::library::KernelLibrary;
@@ -909,9 +909,12 @@ impl FlashAttention {
     /// `lse = log(sum_s exp(lse_s) [+ exp(sink)])`, `out = sum_s exp(lse_s - lse) o_s`.
     /// `o_partial` is fp32 `(splits, B, Sq, H, Dv)` (`(splits, total_q, H, Dv)` when q is
     /// packed), `lse_partial` fp32 `(splits, B, H, Sq)` (`(splits, H, total_q)`), both
-    /// contiguous: the layout split-KV forwards write. The problem's K side is validated but
-    /// not read; the kernel comes from the canonical combine module of (dtype, dv, LSE, sink,
-    /// varlen), `SpecClass::split_combine`, whatever forward produced the partials.
+    /// contiguous: the layout split-KV forwards write. Dv is a multiple of 8 up to
+    /// [`MAX_COMBINE_DV`] (512, MLA decode's): a row wider than a module's is reduced in
+    /// equal column parts ([`column_parts`]: 512 as two of 256). The problem's K side is
+    /// validated but not read (nor its `head_dim`); the kernel comes from the canonical
+    /// combine module of (dtype, part width, LSE, sink, varlen), `SpecClass::split_combine`,
+    /// whatever forward produced the partials.
     ///
     /// # Safety
     /// As [`forward_raw`](Self::forward_raw), for out/lse/the declared arrays and for the
@@ -941,10 +944,28 @@ impl FlashAttention {
                 ));
             }
         }
+        let (parts, width) = column_parts(problem.head_dim_v).ok_or_else(|| {
+            Error::invalid(
+                "head_dim_v",
+                problem.head_dim_v,
+                format!("a multiple of 8 in 8..={MAX_COMBINE_DV}"),
+            )
+        })?;
+        if problem.heads.saturating_mul(parts) > 65535 {
+            return Err(Error::invalid(
+                "heads",
+                problem.heads,
+                format!("at most 65535 rows of a query: heads x {parts} column parts of {width}"),
+            ));
+        }
+        // Validated and launched as rows of one part's width; the partials' strides and the
+        // output's columns keep the problem's dv (set_partials, the kernel's part offset).
         let mut p = problem.clone();
         p.num_splits = 2;
+        p.head_dim = width;
+        p.head_dim_v = width;
         let v = p.validate()?;
-        let (spec, fallback) = combine_specs(self.device.arch()?, problem, output)?;
+        let (spec, fallback) = combine_specs(self.device.arch()?, &p, output)?;
         let ptrs = RawPtrs {
             q: 0,
             k: 0,
@@ -973,7 +994,13 @@ impl FlashAttention {
         let mut params = call_params(&v, &ptrs, problem.return_lse, num_splits);
         set_partials(&mut params, problem, o_partial, lse_partial);
         params.out_fp32 = i32::from(output == CombineOutput::F32);
-        self.launch_combine(&kernel, problem, &params, stream)
+        params.o_parts = parts as i32;
+        // The grid's rows: (query, head, part), each one part's width.
+        let rows = Problem {
+            heads: problem.heads * parts,
+            ..p
+        };
+        self.launch_combine(&kernel, &rows, &params, stream)
     }
 
     /// Run attention on cudarc buffers (elements as raw 16-bit words, in `problem.dtype`),

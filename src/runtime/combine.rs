@@ -54,6 +54,26 @@ pub enum CombineOutput {
     F32,
 }
 
+/// The widest O row [`FlashAttention::combine_raw`] reduces: FA4's `flash_attn_combine` is
+/// tested to 512 (MLA decode's dv).
+///
+/// [`FlashAttention::combine_raw`]: super::FlashAttention::combine_raw
+pub const MAX_COMBINE_DV: usize = 512;
+
+/// The column parts an O row of `dv` columns is reduced in (`FwdParams::o_parts`) and their
+/// width: the fewest equal parts whose width the portable kernel has a module for (a multiple
+/// of 8 up to 256), so rows up to 256 columns are one part and MLA's 512 two of 256. `None`
+/// past [`MAX_COMBINE_DV`] or off the 8-column grid.
+pub fn column_parts(dv: usize) -> Option<(usize, usize)> {
+    if dv == 0 || dv > MAX_COMBINE_DV || !dv.is_multiple_of(8) {
+        return None;
+    }
+    (1..=dv / 8)
+        .filter(|&k| dv.is_multiple_of(k))
+        .map(|k| (k, dv / k))
+        .find(|&(_, width)| width.is_multiple_of(8) && width <= 256)
+}
+
 /// Threads of either combine kernel (`kCombineThreads`).
 pub(crate) const THREADS: u32 = 128;
 /// CTAs of the per-row kernel an SM holds at once: its 56 registers a thread (d 128, ptxas
@@ -111,6 +131,24 @@ pub(crate) fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn column_parts_are_the_fewest_that_a_module_serves() {
+        assert_eq!(column_parts(8), Some((1, 8)));
+        assert_eq!(column_parts(128), Some((1, 128)));
+        assert_eq!(column_parts(256), Some((1, 256)));
+        assert_eq!(column_parts(512), Some((2, 256)));
+        assert_eq!(column_parts(320), Some((2, 160)));
+        assert_eq!(column_parts(264), Some((3, 88)));
+        assert_eq!(column_parts(296), Some((37, 8))); // 8 x 37: only 8-column parts divide it
+        for dv in [0, 4, 100, 513, 520, 1024] {
+            assert_eq!(column_parts(dv), None, "dv {dv}");
+        }
+        for dv in (8..=MAX_COMBINE_DV).step_by(8) {
+            let (k, w) = column_parts(dv).unwrap();
+            assert!(k * w == dv && w % 8 == 0 && w <= 256, "dv {dv}: {k} x {w}");
+        }
+    }
 
     #[test]
     fn rows_per_cta_follows_the_lanes_per_row() {

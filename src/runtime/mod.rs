@@ -12,7 +12,7 @@ mod problem;
 pub mod tma;
 
 pub use attention::{FlashAttention, RawPtrs, SeqBuffers, combine_spec};
-pub use combine::{CombineKernel, CombineOutput};
+pub use combine::{CombineKernel, CombineOutput, MAX_COMBINE_DV, column_parts};
 pub use error::Error;
 pub use library::KernelLibrary;
 pub use problem::{Paged, Problem, Strides, Validated, Varlen, resolve_mask};

@@ -162,35 +162,36 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamSynchronize(s) == cudaSuccess, "stream healthy after refusals");
 
   /* fa4gen_combine into fp32 (FA4GEN_FP32: FA4's flash_attn_combine default for fp32 partials):
-   * 3 splits of random partials over the forward's rows, some splits empty (LSE -inf), output
-   * and LSE poisoned, against a double reduction. Its module (bf16, Dv 64, LSE) is compiled
-   * at first use where the kernels root lacks it (the staged library has the jit). */
+   * 3 splits of random partials over the forward's rows, MLA decode's Dv 512 (two column parts
+   * of 256), some splits empty (LSE -inf), output and LSE poisoned, against a double reduction.
+   * Its module (bf16, Dv 256, LSE) is compiled at first use where the kernels root lacks it
+   * (the staged library has the jit). */
   CHECK(fa4gen_enable_jit(h, NULL) == FA4GEN_OK, "enable jit");
   {
-    enum { S = 3 }; /* a constant: l[S] below */
+    enum { S = 3, CD = 512 }; /* constants: l[S] below */
     const size_t rows = (size_t)B * SQ * H;
-    float *po = malloc(S * rows * D * 4), *pl = malloc(S * rows * 4), *co = malloc(rows * D * 4), *cl = malloc(rows * 4);
-    for (size_t i = 0; i < S * rows * D; i++) po[i] = (float)rand() / RAND_MAX * 2 - 1;
+    float *po = malloc(S * rows * CD * 4), *pl = malloc(S * rows * 4), *co = malloc(rows * CD * 4), *cl = malloc(rows * 4);
+    for (size_t i = 0; i < S * rows * CD; i++) po[i] = (float)rand() / RAND_MAX * 2 - 1;
     for (size_t i = 0; i < S * rows; i++) pl[i] = i % 7 == 3 ? -INFINITY : (float)rand() / RAND_MAX * 8 - 4;
     float *dpo, *dpl, *dco, *dcl;
-    cudaMalloc((void**)&dpo, S * rows * D * 4); cudaMalloc((void**)&dpl, S * rows * 4);
-    cudaMalloc((void**)&dco, rows * D * 4); cudaMalloc((void**)&dcl, rows * 4);
-    cudaMemcpy(dpo, po, S * rows * D * 4, cudaMemcpyHostToDevice);
+    cudaMalloc((void**)&dpo, S * rows * CD * 4); cudaMalloc((void**)&dpl, S * rows * 4);
+    cudaMalloc((void**)&dco, rows * CD * 4); cudaMalloc((void**)&dcl, rows * 4);
+    cudaMemcpy(dpo, po, S * rows * CD * 4, cudaMemcpyHostToDevice);
     cudaMemcpy(dpl, pl, S * rows * 4, cudaMemcpyHostToDevice);
-    cudaMemset(dco, 0xff, rows * D * 4);
+    cudaMemset(dco, 0xff, rows * CD * 4);
     cudaMemset(dcl, 0xff, rows * 4);
     fa4gen_problem c;
-    fa4gen_problem_init(&c, FA4GEN_FP32, B, SQ, SQ, H, H, D, D);
+    fa4gen_problem_init(&c, FA4GEN_FP32, B, SQ, SQ, H, H, CD, CD);
     c.return_lse = 1;
     CHECK(fa4gen_combine(h, &c, S, dpo, dpl, dco, dcl, NULL, s) == FA4GEN_OK, "combine fp32");
     cudaStreamSynchronize(s);
-    cudaMemcpy(co, dco, rows * D * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(co, dco, rows * CD * 4, cudaMemcpyDeviceToHost);
     cudaMemcpy(cl, dcl, rows * 4, cudaMemcpyDeviceToHost);
     double cw = 0, cwl = 0;
     for (int b = 0; b < B; b++)
       for (int hh = 0; hh < H; hh++)
         for (int i = 0; i < SQ; i++) {
-          /* o_partial (S, B, SQ, H, D), lse_partial (S, B, H, SQ); out (B, SQ, H, D), lse (B, H, SQ). */
+          /* o_partial (S, B, SQ, H, CD), lse_partial (S, B, H, SQ); out (B, SQ, H, CD), lse (B, H, SQ). */
           double l[S], m = -INFINITY, sum = 0;
           for (int sp = 0; sp < S; sp++) {
             l[sp] = pl[(((size_t)sp * B + b) * H + hh) * SQ + i];
@@ -201,17 +202,17 @@ int main(int argc, char** argv) {
           double got_l = cl[((size_t)b * H + hh) * SQ + i];
           double el = lse == -INFINITY ? (got_l == -INFINITY ? 0 : INFINITY) : fabs(got_l - lse) / (fabs(lse) > 1 ? fabs(lse) : 1);
           if (!(el <= cwl)) cwl = isnan(el) ? INFINITY : el;
-          for (int col = 0; col < D; col++) {
+          for (int col = 0; col < CD; col++) {
             double o = 0;
             for (int sp = 0; sp < S; sp++)
               if (l[sp] != -INFINITY)
-                o += exp(l[sp] - lse) * po[((((size_t)sp * B + b) * SQ + i) * H + hh) * D + col];
-            double got = co[(((size_t)b * SQ + i) * H + hh) * D + col];
+                o += exp(l[sp] - lse) * po[((((size_t)sp * B + b) * SQ + i) * H + hh) * CD + col];
+            double got = co[(((size_t)b * SQ + i) * H + hh) * CD + col];
             double e = isnan(got) ? INFINITY : fabs(got - o);
             if (e > cw) cw = e;
           }
         }
-    printf("C ABI combine (fp32 out, %d splits): max |out - ref| = %.3e, max LSE rel err = %.2e\n", S, cw, cwl);
+    printf("C ABI combine (fp32 out, Dv %d, %d splits): max |out - ref| = %.3e, max LSE rel err = %.2e\n", CD, S, cw, cwl);
     CHECK(cw < 1e-5, "combine fp32 output error %.3e", cw); /* fp32 sums of |x| <= 1: a few ulp */
     CHECK(cwl < 1e-5, "combine lse error %.2e", cwl);
     cudaFree(dpo); cudaFree(dpl); cudaFree(dco); cudaFree(dcl);

@@ -67,7 +67,7 @@ constexpr int kSmemPages = kSmemV + kTileN * VRows::kRowBytes;  // paged: 2 slot
 constexpr int kPageSlot = kTileN + 1;                        // entries one K block can span
 constexpr int kSmemBytes = kSmemPages + (kPaged ? (2 * kPageSlot * 4 + 15) / 16 * 16 : 0);
 static_assert(kThreads == 128 && kSmemBytes == 35072, "layout differs from KernelSpec::geometry");
-static_assert(FwdParamsMatch<336, 276, 308, 328>::value, "FwdParams differs from its Rust twin");
+static_assert(FwdParamsMatch<336, 276, 308, 332>::value, "FwdParams differs from its Rust twin");
 
 // Split: the (sequence, split) unit this CTA holds under counts per sequence (split_unit
 // leaves it here; the K/V loads and the epilogue read it rather than hold it in registers), or
