@@ -160,8 +160,8 @@ fa4gen_status fa4gen_forward_ext(fa4gen_handle* h, const fa4gen_problem* p, cons
  * seqlen_q, heads, head_dim_v, o_strides, return_lse, total_q / has_seqused_q with extra's
  * cu_seqlens_q / seqused_q, has_sinks with extra's sinks. Its K side must be valid but is not
  * read, nor its head_dim (fa4gen_problem_init(p, dtype, B, Sq, Sq, H, H, Dv, Dv) serves). Dv is
- * a multiple of 8 up to 512 (MLA decode's): rows wider than 256 columns are reduced in the
- * fewest equal parts a module serves (512: two of 256). The kernel comes from the canonical
+ * a multiple of 8 up to 256, or of 16 up to 512 (MLA decode's): rows past 256 columns are
+ * reduced as two halves, a launch each (512: two of 256). The kernel comes from the canonical
  * combine module of (dtype, part width, LSE, sink, ragged rows), which model plans ship
  * (FA4GEN_FP32: the bf16 module's, else the fp16 one's, each able to write fp32);
  * a split that saw no key (lse_s = -inf) contributes nothing, and a row none saw gives 0 and

@@ -90,10 +90,10 @@ pub struct FwdParams {
     /// `flash_attn_combine` writes by default (its `out_dtype`, the partials' dtype); 0: the
     /// module's 16-bit dtype. Forward kernels never read it.
     pub out_fp32: i32,
-    /// The combines: each O row is reduced as this many column parts of the module's dv (a
-    /// part per grid row; `combine_raw` past the portable kernel's 256 columns, e.g. MLA's
-    /// dv 512 as two parts of 256); 0 or 1: one. Forward kernels never read it.
-    pub o_parts: i32,
+    /// The combines: each O row is reduced as 2^this column parts of the module's dv
+    /// (`combine_raw` past the portable kernel's 256 columns, e.g. MLA's dv 512 as two parts
+    /// of 256; the rows kernel's grid y counts the parts); 0: one. Forward kernels never read it.
+    pub o_parts_log2: i32,
 }
 
 // SAFETY: plain old data with a C layout; the kernel reads it as `fa4::FwdParams`.
@@ -103,7 +103,7 @@ unsafe impl cudarc::driver::DeviceRepr for FwdParams {}
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     pub size: usize,
-    /// Offsets of `group`, `scale_log2` and the last field, `o_parts` (the size alone
+    /// Offsets of `group`, `scale_log2` and the last field, `o_parts_log2` (the size alone
     /// misses a field added in the struct's tail padding).
     pub group: usize,
     pub scale_log2: usize,
@@ -115,6 +115,6 @@ pub const fn layout() -> Layout {
         size: std::mem::size_of::<FwdParams>(),
         group: std::mem::offset_of!(FwdParams, group),
         scale_log2: std::mem::offset_of!(FwdParams, scale_log2),
-        last: std::mem::offset_of!(FwdParams, o_parts),
+        last: std::mem::offset_of!(FwdParams, o_parts_log2),
     }
 }

@@ -2048,7 +2048,7 @@ fn split_kv() {
 
 /// #6: the combine kernels alone (FA4's `flash_attn_combine` layout) against an f64 reduction,
 /// for every split count 1..=256 through each (a CTA per row, a group of lanes per row): random fp32 partials, some splits empty (LSE -inf), sinks
-/// on every third count, head dims 128, 96, 256, 40, 64, 512 and 264 in turn (the last two in
+/// on every third count, head dims 128, 96, 256, 40, 64, 512 and 320 in turn (the last two in
 /// column parts), fp32 output (FA4's default
 /// for fp32 partials) on counts 1 and 2 mod 4, else bf16 / fp16; out within the rounding of the
 /// f64 result itself (half an ulp: 2^-8 relative for bf16, 2^-11 for fp16, 2^-24 for fp32) +
@@ -2061,7 +2061,7 @@ fn combine_alone() {
     };
     let seed = run_seed();
     println!(
-        "combine_alone: splits 1..=256, dv 128 / 96 / 256 / 40 / 64 / 512 / 264, fp32 / 16-bit out, seed {seed}"
+        "combine_alone: splits 1..=256, dv 128 / 96 / 256 / 40 / 64 / 512 / 320, fp32 / 16-bit out, seed {seed}"
     );
     let mut rng = StdRng::seed_from_u64(seed);
     let (b, sq, h) = (2usize, 3usize, 3usize);
@@ -2075,9 +2075,9 @@ fn combine_alone() {
         // threads, 8 idle; 40: 10 chunks of 12, 8 idle); 64 and 40 put two rows in a warp of
         // the rows kernel, whose second CTA per sequence (9 rows, 8 a CTA) holds one live row
         // beside a group past the end in one warp (its shuffles must not diverge).
-        // 512 (MLA decode's) and 264 are rows wider than any module's: reduced as column
-        // parts, two of 256 and three of 88 (`runtime::column_parts`).
-        let dv = [128usize, 96, 256, 40, 64, 512, 264][(splits / 3) % 7];
+        // 512 (MLA decode's) and 320 are rows wider than any module's: reduced as two column
+        // parts, of 256 and of 160, a launch each (`runtime::column_parts`).
+        let dv = [128usize, 96, 256, 40, 64, 512, 320][(splits / 3) % 7];
         let dtype = if splits % 2 == 0 {
             DType::Bf16
         } else {

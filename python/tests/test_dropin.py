@@ -260,7 +260,7 @@ def run_combine_case(rng, device):
     # FA4's virtual_batch_idx (batched, no seqused): batch vbi[z] combined for each z, so the
     # listed batches are written, the others not: a permutation, or some repeated and some left out.
     vbi = None
-    if layout == "batched" and seqused is None and rng.random() < 0.3:
+    if layout == "batched" and seqused is None and rng.random() < 0.5:
         order = list(range(rows[0]))
         rng.shuffle(order)
         if rng.random() < 0.5:

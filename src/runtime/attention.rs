@@ -910,8 +910,9 @@ impl FlashAttention {
     /// `o_partial` is fp32 `(splits, B, Sq, H, Dv)` (`(splits, total_q, H, Dv)` when q is
     /// packed), `lse_partial` fp32 `(splits, B, H, Sq)` (`(splits, H, total_q)`), both
     /// contiguous: the layout split-KV forwards write. Dv is a multiple of 8 up to
-    /// [`MAX_COMBINE_DV`] (512, MLA decode's): a row wider than a module's is reduced in
-    /// equal column parts ([`column_parts`]: 512 as two of 256). The problem's K side is
+    /// [`MAX_COMBINE_DV`] (512, MLA decode's; past 256 a multiple of 16): a row wider than a
+    /// module's is reduced as two halves, a launch each ([`column_parts`]: 512 as two of
+    /// 256). The problem's K side is
     /// validated but not read (nor its `head_dim`); the kernel comes from the canonical
     /// combine module of (dtype, part width, LSE, sink, varlen), `SpecClass::split_combine`,
     /// whatever forward produced the partials.
@@ -948,18 +949,11 @@ impl FlashAttention {
             Error::invalid(
                 "head_dim_v",
                 problem.head_dim_v,
-                format!("a multiple of 8 in 8..={MAX_COMBINE_DV}"),
+                format!("a multiple of 8 up to 256, or of 16 up to {MAX_COMBINE_DV}"),
             )
         })?;
-        if problem.heads.saturating_mul(parts) > 65535 {
-            return Err(Error::invalid(
-                "heads",
-                problem.heads,
-                format!("at most 65535 rows of a query: heads x {parts} column parts of {width}"),
-            ));
-        }
-        // Validated and launched as rows of one part's width; the partials' strides and the
-        // output's columns keep the problem's dv (set_partials, the kernel's part offset).
+        // Validated and launched as rows of one part's width; the partials' strides keep the
+        // problem's dv (set_partials; o_parts_log2 below).
         let mut p = problem.clone();
         p.num_splits = 2;
         p.head_dim = width;
@@ -994,13 +988,20 @@ impl FlashAttention {
         let mut params = call_params(&v, &ptrs, problem.return_lse, num_splits);
         set_partials(&mut params, problem, o_partial, lse_partial);
         params.out_fp32 = i32::from(output == CombineOutput::F32);
-        params.o_parts = parts as i32;
-        // The grid's rows: (query, head, part), each one part's width.
-        let rows = Problem {
-            heads: problem.heads * parts,
-            ..p
-        };
-        self.launch_combine(&kernel, &rows, &params, stream)
+        params.o_parts_log2 = parts.trailing_zeros() as i32;
+        // A launch per column part, its partials and output moved to the part's first column
+        // (the kernels step over whole rows of parts; each launch writes the same LSE).
+        let out_elem = if output == CombineOutput::F32 { 4 } else { 2 };
+        for part in 0..parts as u64 {
+            let col = part * width as u64;
+            let at = FwdParams {
+                o_partial: o_partial + col * 4,
+                o: params.o + col * out_elem,
+                ..params
+            };
+            self.launch_combine(&kernel, &p, &at, stream)?;
+        }
+        Ok(())
     }
 
     /// Run attention on cudarc buffers (elements as raw 16-bit words, in `problem.dtype`),

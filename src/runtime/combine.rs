@@ -60,15 +60,18 @@ pub enum CombineOutput {
 /// [`FlashAttention::combine_raw`]: super::FlashAttention::combine_raw
 pub const MAX_COMBINE_DV: usize = 512;
 
-/// The column parts an O row of `dv` columns is reduced in (`FwdParams::o_parts`) and their
-/// width: the fewest equal parts whose width the portable kernel has a module for (a multiple
-/// of 8 up to 256), so rows up to 256 columns are one part and MLA's 512 two of 256. `None`
-/// past [`MAX_COMBINE_DV`] or off the 8-column grid.
+/// The column parts an O row of `dv` columns is reduced in and their width: the fewest equal
+/// parts, a power of two (`FwdParams::o_parts_log2`: the kernels step over a partials' row with
+/// a shift), whose width the portable kernel has a module for (a multiple of 8 up to 256). Rows
+/// up to 256 columns are one part, wider ones two, a launch each: MLA's 512 as two of 256.
+/// `None` past [`MAX_COMBINE_DV`], off the 8-column grid, or past 256 columns off the
+/// 16-column one.
 pub fn column_parts(dv: usize) -> Option<(usize, usize)> {
     if dv == 0 || dv > MAX_COMBINE_DV || !dv.is_multiple_of(8) {
         return None;
     }
-    (1..=dv / 8)
+    [1, 2]
+        .into_iter()
         .filter(|&k| dv.is_multiple_of(k))
         .map(|k| (k, dv / k))
         .find(|&(_, width)| width.is_multiple_of(8) && width <= 256)
@@ -139,14 +142,18 @@ mod tests {
         assert_eq!(column_parts(256), Some((1, 256)));
         assert_eq!(column_parts(512), Some((2, 256)));
         assert_eq!(column_parts(320), Some((2, 160)));
-        assert_eq!(column_parts(264), Some((3, 88)));
-        assert_eq!(column_parts(296), Some((37, 8))); // 8 x 37: only 8-column parts divide it
-        for dv in [0, 4, 100, 513, 520, 1024] {
+        assert_eq!(column_parts(272), Some((2, 136)));
+        // Past 256, halves must be whole 8-column groups: 264 = 2 x 132 is not.
+        for dv in [0, 4, 100, 264, 296, 513, 520, 1024] {
             assert_eq!(column_parts(dv), None, "dv {dv}");
         }
-        for dv in (8..=MAX_COMBINE_DV).step_by(8) {
+        for dv in (8..=256)
+            .step_by(8)
+            .chain((272..=MAX_COMBINE_DV).step_by(16))
+        {
             let (k, w) = column_parts(dv).unwrap();
             assert!(k * w == dv && w % 8 == 0 && w <= 256, "dv {dv}: {k} x {w}");
+            assert_eq!(k, if dv <= 256 { 1 } else { 2 });
         }
     }
 

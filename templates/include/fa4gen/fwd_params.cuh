@@ -45,7 +45,7 @@ struct FwdParams {
   int m_major_runs;               // causal runs dealt Q block major, (head, batch) fastest (Tiles::at)
   int split_slots, split_units;   // portable split: > 0, each sequence's own count (sequence_splits.cuh)
   int out_fp32;                   // the combines: o holds fp32 (flash_attn_combine's out_dtype), else 16-bit
-  int o_parts;                    // the combines: each O row reduced as this many column parts of kDv (<= 1: one)
+  int o_parts_log2;               // the combines: each O row reduced as 2^this column parts of kDv (0: one)
 };
 
 // Whether FwdParams has its Rust twin's layout (`params::layout()`, rendered into each kernel):
@@ -59,7 +59,7 @@ struct FwdParamsMatch {
 #if __has_builtin(__builtin_offsetof)
                                 && __builtin_offsetof(FwdParams, group) == kGroup &&
                                 __builtin_offsetof(FwdParams, scale_log2) == kScale &&
-                                __builtin_offsetof(FwdParams, o_parts) == kLast
+                                __builtin_offsetof(FwdParams, o_parts_log2) == kLast
 #endif
 #endif
       ;

@@ -517,8 +517,8 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split(cons
 }
 
 // ---- split-KV combine: O = sum_s exp(lse_s - lse) O_s, lse = log(sum_s exp(lse_s) + exp(sink)) ----
-// Grid (max_seqlen_q, heads x parts, batch), one CTA of kCombineThreads per (query, head) row, or
-// per column part of one (p.o_parts: combine_raw's rows wider than the module's kDv): thread
+// Grid (max_seqlen_q, heads, batch), one CTA of kCombineThreads per (query, head) row (or per column
+// part of one: p.o_parts_log2 below): thread
 // (share, c) sums column chunk c of splits share, share + kShares, ..., kBatch loads at a time,
 // and the shares meet in shared memory. Decode's few rows make it latency-bound: the first
 // batch of O loads is issued before the LSE reductions, so one memory round trip serves both
@@ -556,11 +556,14 @@ FA4_DEVICE int combine_splits(const FwdParams& p, int batch, u64* scratch) {
 FA4_DEVICE i64 out_row(const FwdParams& p, const Seq& seq, int batch, int i, int head) {
   return seq.q_offset(batch, p.o_batch_stride, p.o_row_stride) + (i64)i * p.o_row_stride + (i64)head * p.o_head_stride;
 }
-// An O row wider than kDv (combine_raw: MLA's dv 512 on the dv 256 module) is reduced as
-// p.o_parts parts of kDv columns, each a row of its own to the grid, the part fastest: the
-// partials' (row, head, parts * kDv) layout read as (row, head * parts, kDv). Each part
-// recomputes the row's weights; the first writes the LSE.
-FA4_DEVICE int o_parts(const FwdParams& p) { return p.o_parts > 1 ? p.o_parts : 1; }
+// Where a (query, head) row starts in the partials, in floats. A row wider than kDv
+// (combine_raw: MLA's dv 512 on the dv 256 module) holds 2^p.o_parts_log2 parts of kDv; the host
+// launches the combine once per part, p.o_partial and p.o moved to the part's first column, so
+// the kernels know nothing else of parts (each launch writes the same LSE). Per-part indices in
+// the kernels cost ptxas 8 registers in the rows kernel at d 64.
+FA4_DEVICE i64 partial_row(const FwdParams& p, i64 q_row, int head) {
+  return ((q_row * p.heads + head) << p.o_parts_log2) * kDv;
+}
 
 // Four output columns of a combined row at element `offset` of O: 16-bit in the module's
 // dtype, or fp32 where the call asks (out_fp32: FA4's flash_attn_combine writes its partials'
@@ -578,8 +581,7 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_comb
   __shared__ float4 share_sum[kShares][kChunks];
   __shared__ float scratch[kCombineThreads / 32];
   const int tid = threadIdx.x;
-  const int batch = blockIdx.z, i = blockIdx.x;
-  const int parts = o_parts(p), head = blockIdx.y / parts, part = blockIdx.y - head * parts;
+  const int batch = blockIdx.z, head = blockIdx.y, i = blockIdx.x;
   __shared__ u64 combine_scratch[kSplitScratch<kCombineThreads>];
   const int splits = combine_splits(p, batch, combine_scratch);
   if (splits == 0) return;
@@ -589,7 +591,7 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_comb
   // ---- the first batch of O loads, in flight during the LSE reductions ----
   const int c = tid % kChunks, share = tid / kChunks;
   const bool summing = share < kShares;  // a few threads idle where kChunks does not divide them
-  const float* o_part = p.o_partial + ((i64)(seq.q_row0 + i) * p.heads * parts + blockIdx.y) * kDv + c * 4;
+  const float* o_part = p.o_partial + partial_row(p, seq.q_row0 + i, head) + c * 4;
   float4 x[kBatch];
   auto load_batch = [&](int s0) {
 #pragma unroll
@@ -625,7 +627,7 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_comb
     if constexpr (kSink) sum += expf(p.sinks[head] - mx);
     lse = mx + logf(sum);
   }
-  if (kWriteLse && tid == 0 && part == 0) p.lse[li] = lse;
+  if (kWriteLse && tid == 0) p.lse[li] = lse;
 #pragma unroll
   for (int j = 0; j < kMaxSplits / kCombineThreads; ++j) {
     const int s = tid + j * kCombineThreads;
@@ -662,7 +664,7 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_comb
       acc.z += y.z;
       acc.w += y.w;
     }
-    store_out4(p, out_row(p, seq, batch, i, head) + part * kDv + c * 4, acc);
+    store_out4(p, out_row(p, seq, batch, i, head) + c * 4, acc);
   }
 }
 
@@ -685,11 +687,8 @@ constexpr int kRowsPerCta = kCombineThreads / kRowLanes;
 // has 2-4, and the registers 8 would hold idle cost occupancy (d 128: 48 registers, 40 warps
 // an SM, against 68 and 28; H200, 2 splits of Sq 1024 x H 32: 19.2 against 22.5 us).
 constexpr int kRowBatch = 4;
-// Seven CTAs an SM (at most 72 registers a thread): what the kernel fitted before it learned
-// column parts, which cost ptxas 8 more registers at d 64 (one CTA an SM fewer).
-constexpr int kRowsCtasPerSm = 7;
 
-extern "C" __global__ void __launch_bounds__(kCombineThreads, kRowsCtasPerSm)
+extern "C" __global__ void __launch_bounds__(kCombineThreads)
 fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_combine_rows(const __grid_constant__ FwdParams p) {
   __shared__ float weight[kRowsPerCta][kMaxSplits];
   const int lane = threadIdx.x % kRowLanes, group = threadIdx.x / kRowLanes;
@@ -698,18 +697,16 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_comb
   const int splits = combine_splits(p, batch, combine_scratch);
   if (splits == 0) return;
   const Seq seq(p, batch);
-  const int parts = o_parts(p), row_heads = p.heads * parts;  // (head, part) rows of a query
-  const int rows = seq.seqlen_q * row_heads;
+  const int rows = seq.seqlen_q * p.heads;
   // `base` is uniform over the CTA, so every lane of a warp runs each step and its shuffles;
   // a group past the last row computes nothing it loads or stores.
   for (int base = blockIdx.x * kRowsPerCta; base < rows; base += gridDim.x * kRowsPerCta) {
     const int r = base + group;
     const bool live = r < rows;
-    const int i = live ? r / row_heads : 0, hp = live ? r - i * row_heads : 0;
-    const int head = hp / parts, part = hp - head * parts;
+    const int i = live ? r / p.heads : 0, head = live ? r - i * p.heads : 0;
 
     // ---- the first batch of O loads, in flight during the LSE reduction ----
-    const float* o_part = p.o_partial + ((i64)(seq.q_row0 + i) * row_heads + hp) * kDv;
+    const float* o_part = p.o_partial + partial_row(p, seq.q_row0 + i, head);
     float4 x[kRowBatch][kLaneChunks];
     auto load_batch = [&](int s0) {
 #pragma unroll
@@ -747,7 +744,7 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_comb
     sum = warp_reduce<kRowLanes>(sum, SumOp{});
     if constexpr (kSink) sum += live ? expf(p.sinks[head] - m) : 0.f;
     const float lse = mx == neg_inf() ? neg_inf() : mx + logf(sum);
-    if (kWriteLse && live && lane == 0 && part == 0) p.lse[li] = lse;
+    if (kWriteLse && live && lane == 0) p.lse[li] = lse;
 #pragma unroll
     for (int j = 0; j < kLaneSplits; ++j) {
       const int s = lane + j * kRowLanes;
@@ -779,7 +776,7 @@ fa4gen_fwd_sm100f_portable_bf16_d64x64_m16n128_q1_causal_packgqa_sink_split_comb
       load_batch(s0);
     }
     if (live) {
-      const i64 row = out_row(p, seq, batch, i, head) + part * kDv;
+      const i64 row = out_row(p, seq, batch, i, head);
 #pragma unroll
       for (int m = 0; m < kLaneChunks; ++m) {
         const int c = lane + m * kRowLanes;
