@@ -218,7 +218,7 @@ def run_case(rng, device):
     return oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse)
 
 
-def run_combine_case(rng, device):
+def run_combine_case(rng, device, force_vbi=False):
     """flash_attn_combine on random partials (FA4's layouts) against a float64 reduction of the
     same partials: splits 1..256 with some that saw no key (LSE -inf) and rows none saw, batched
     or packed rows (with and without cu_seqlens, lengths incl. 0 and 1), seqused rows left
@@ -229,7 +229,7 @@ def run_combine_case(rng, device):
     dv = rng.choice([64, 128, 96, 256, 40, 192, 512])  # 512: MLA decode's, in two column parts
     dtype = rng.choice([torch.bfloat16, torch.float16, torch.float32])
     h = rng.choice([1, 3, 8])
-    layout = rng.choice(["batched", "packed", "packed-cu"])
+    layout = "batched" if force_vbi else rng.choice(["batched", "packed", "packed-cu"])
     if layout == "batched":
         b, sq = rng.choice([1, 2, 5]), rng.choice([1, 7, 113])
         rows = (b, sq)
@@ -253,14 +253,14 @@ def run_combine_case(rng, device):
             used = [rng.randint(0, n) for n in lens]
             seqused = torch.tensor(used, dtype=torch.int32, device=device)
             kw.update(seqused=seqused)
-    elif layout == "batched" and rng.random() < 0.3:
+    elif layout == "batched" and not force_vbi and rng.random() < 0.3:
         used = [rng.randint(0, rows[1]) for _ in range(rows[0])]
         seqused = torch.tensor(used, dtype=torch.int32, device=device)
         kw.update(seqused=seqused)
     # FA4's virtual_batch_idx (batched, no seqused): batch vbi[z] combined for each z, so the
     # listed batches are written, the others not: a permutation, or some repeated and some left out.
     vbi = None
-    if layout == "batched" and seqused is None and rng.random() < 0.5:
+    if layout == "batched" and seqused is None and (force_vbi or rng.random() < 0.5):
         order = list(range(rows[0]))
         rng.shuffle(order)
         if rng.random() < 0.5:
@@ -518,6 +518,12 @@ def main():
     n_comb = max(8, n // 2)
     comb_fail, comb_worst = run_cases(lambda i: run_combine_end_to_end if i % 4 == 3 else run_combine_case,
                                       n_comb, rng, device)
+    # A few with FA4's virtual_batch_idx whatever the draws above took.
+    n_vbi = 6
+    vbi_fail, vbi_worst = run_cases(lambda i: lambda r, d: run_combine_case(r, d, force_vbi=True), n_vbi, rng, device)
+    comb_fail += vbi_fail
+    comb_worst = max(comb_worst, vbi_worst)
+    n_comb += n_vbi
     with torch.no_grad():
         # No rows at all: empty partials (null data pointers) give empty outputs, no launch.
         eo, el = fa4gen.flash_attn_combine(torch.empty(3, 0, 4, 64, device=device), torch.empty(3, 0, 4, device=device),
@@ -525,7 +531,7 @@ def main():
         if eo.shape != (0, 4, 64) or el.shape != (0, 4):
             comb_fail.append(f"empty combine: shapes {tuple(eo.shape)}, {tuple(el.shape)}")
     print(f"drop-in combine: {n_comb - len(comb_fail)} passed, {len(comb_fail)} failed of {n_comb} cases "
-          f"({n_comb // 4} end to end; random ones by output: "
+          f"({(n_comb - n_vbi) // 4} end to end, {n_vbi} with virtual_batch_idx; random ones by output: "
           f"{', '.join(f'{k} {v}' for k, v in sorted(COMBINE_OUT.items()))}); worst err/bound {comb_worst:.3f}")
     for f in comb_fail:
         print("FAIL", f)
