@@ -504,10 +504,10 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     host int, saves one device sync) and seqused (int32, B) caps each sequence's rows (rows past
     it are not written). The output's dtype is `out`'s, else `out_dtype`, else the partials'
     (FA4's default: fp32 for fp32 partials): bf16, fp16 or fp32. Dv a multiple of 8 up to 256,
-    or of 16 up to 512 (MLA decode's; rows past 256 columns are reduced as two halves). virtual_batch_idx (int32, B), as FA4:
-    without cu_seqlens and seqused, batch virtual_batch_idx[z] is combined for z in 0..B, so the
-    batches it lists are written and the others left as they are (an index outside 0..B lists
-    none); with either, it is ignored."""
+    or of 16 up to 512 (MLA decode's; rows past 256 columns are reduced as two halves).
+    virtual_batch_idx (int32, B), as FA4: without cu_seqlens and seqused, batch
+    virtual_batch_idx[z] is combined for z in 0..B, so the batches it lists are written and the
+    others left as they are (an index outside 0..B lists none); with either, it is ignored."""
     if not isinstance(out_partial, torch.Tensor) or not isinstance(lse_partial, torch.Tensor):
         raise TypeError("out_partial and lse_partial must be torch.Tensors")
     packed = out_partial.dim() == 4

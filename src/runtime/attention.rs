@@ -912,10 +912,9 @@ impl FlashAttention {
     /// contiguous: the layout split-KV forwards write. Dv is a multiple of 8 up to
     /// [`MAX_COMBINE_DV`] (512, MLA decode's; past 256 a multiple of 16): a row wider than a
     /// module's is reduced as two halves, a launch each ([`column_parts`]: 512 as two of
-    /// 256). The problem's K side is
-    /// validated but not read (nor its `head_dim`); the kernel comes from the canonical
-    /// combine module of (dtype, part width, LSE, sink, varlen), `SpecClass::split_combine`,
-    /// whatever forward produced the partials.
+    /// 256). The problem's K side is validated but not read (nor its `head_dim`); the kernel
+    /// comes from the canonical combine module of (dtype, part width, LSE, sink, varlen),
+    /// `SpecClass::split_combine`, whatever forward produced the partials.
     ///
     /// # Safety
     /// As [`forward_raw`](Self::forward_raw), for out/lse/the declared arrays and for the
