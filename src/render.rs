@@ -160,6 +160,8 @@ struct WgmmaFwd<'a> {
     max_slack: u32,
     stale_max: bool,
     split_tail: bool,
+    /// Q blocks end at the last row (`KernelSpec::wgmma_q_from_end`).
+    q_from_end: bool,
     /// `params::layout()`: FwdParams' size and the offsets the kernel checks.
     params: params::Layout,
 }
@@ -226,6 +228,7 @@ pub fn render(spec: &KernelSpec) -> Result<String, RenderError> {
                 max_slack: spec.wgmma_max_slack(),
                 stale_max: spec.wgmma_stale_max(),
                 split_tail: spec.wgmma_split_tail(),
+                q_from_end: spec.wgmma_q_from_end(),
                 params,
             }
             .render()

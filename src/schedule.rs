@@ -68,9 +68,11 @@ impl CausalRuns {
         }
     }
 
-    /// K blocks a Q block visits under the bottom-right causal mask.
+    /// K blocks a Q block visits under the bottom-right causal mask, the Q blocks ending at
+    /// the last query (`KernelSpec::wgmma_q_from_end`: the kernel's dense causal grid).
     pub fn blocks(&self, m: usize) -> usize {
-        let last_row = ((m + 1) * self.tile_m).min(self.seqlen_q);
+        let pad = self.m_blocks() * self.tile_m - self.seqlen_q;
+        let last_row = ((m + 1) * self.tile_m - pad).min(self.seqlen_q);
         (last_row + self.seqlen_k)
             .saturating_sub(self.seqlen_q)
             .min(self.seqlen_k)
@@ -188,7 +190,7 @@ mod tests {
 
     /// The order is a permutation of the units, and at the #4 causal cells (B·S 16k, H·d
     /// 2048, 132 SMs, the selected tiles, pairs at d >= 128) it evens the work the plain
-    /// snake leaves at max / mean 1.03; `plan` gives it by default where the H200 measured
+    /// snake leaves at max / mean 1.02-1.03; `plan` gives it by default where the H200 measured
     /// a gain of about half a point or more (`MIN_MODELLED_GAIN`).
     #[test]
     fn lpt_balances_the_causal_cells() {
@@ -230,7 +232,7 @@ mod tests {
                 balance(&costs, slots, Some(&order)),
             );
             assert!(
-                snake > 1.025 && lpt < 1.025,
+                snake > 1.02 && lpt < 1.025 && lpt < snake,
                 "d {d} S {s}: {snake} -> {lpt}"
             );
             if s == 16384 {
@@ -297,7 +299,7 @@ mod tests {
     }
 
     /// The head-major decode visits every (Q block, head) once, and the visited blocks
-    /// follow the bottom-right mask (Sq < Sk: every row sees the prefix; Sq > Sk: the
+    /// follow the bottom-right mask, Q blocks ending at the last query (Sq < Sk: every row sees the prefix; Sq > Sk: the
     /// first Sq - Sk rows see nothing).
     #[test]
     fn causal_runs_decode_and_blocks() {
@@ -321,8 +323,10 @@ mod tests {
                 count[r.m_block(t)] += 1;
             }
             assert!(count.iter().all(|&c| c == hb), "{sq} {sk}: {count:?}");
+            // The Q blocks end at the last query: the first one holds the grid's spare rows.
+            let pad = r.m_blocks() * 128 - sq;
             for m in 0..r.m_blocks() {
-                let rows_end = ((m + 1) * 128).min(sq);
+                let rows_end = ((m + 1) * 128 - pad).min(sq);
                 let last_key = (rows_end as i64 - 1 + sk as i64 - sq as i64).min(sk as i64 - 1);
                 let want = if last_key < 0 {
                     0

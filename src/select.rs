@@ -856,11 +856,7 @@ pub fn select_with(
         spec.block_m() as usize
     }
     .max(1);
-    let blocks_per_head = if spec.window_blocks() {
-        shape.visited_window_blocks(queries_per_tile, spec.tile_n as usize)
-    } else {
-        shape.visited_blocks(queries_per_tile, spec.tile_n as usize)
-    };
+    let blocks_per_head = shape.kernel_blocks(&spec, queries_per_tile);
     let ctas = grid.0 as u64 * grid.1 as u64 * grid.2 as u64;
     let slots = (device.sm_count * spec.ctas_per_sm()).max(1) as u64;
     let blocks_per_cta =
@@ -1406,6 +1402,55 @@ mod tests {
                     sh.visited_window_blocks(tm, n),
                     window(&sh, tm as i64, n as i64),
                     "{sh:?} {tm}x{n} window blocks"
+                );
+            }
+        }
+    }
+
+    /// A dense causal wgmma kernel lays its Q blocks from the last query
+    /// (`KernelSpec::wgmma_q_from_end`): `TileShape::kernel_blocks` counts its blocks as the
+    /// kernel bounds them, tile i's rows [i tm - pad, min((i + 1) tm - pad, Sq)), pad the
+    /// grid's spare rows, its keys up to its last row's, on the grid of n keys; and the
+    /// partial block's move never adds blocks.
+    #[test]
+    fn q_blocks_from_the_end_match_the_kernels_count() {
+        for sh in random_tile_shapes(0x9e3779b97f4a7c15, 2000) {
+            let sh = TileShape {
+                left: (sh.seqlen_q + sh.seqlen_k) as i64,
+                right: 0,
+                ..sh
+            };
+            for (tm, n) in [(192, 128), (128, 128), (128, 80), (64, 64), (128, 176)] {
+                let spec = KernelSpec {
+                    imp: Impl::Wgmma,
+                    ..SpecClass {
+                        arch: Arch::Sm90,
+                        dtype: DType::Bf16,
+                        d: 64,
+                        dv: 64,
+                        q_stage: 1,
+                        mask: Mask::Causal,
+                        lse: false,
+                        pack_gqa: false,
+                        feat: Features::default(),
+                    }
+                    .on_tile(tm, n)
+                };
+                assert!(spec.wgmma_q_from_end());
+                let (sq, sk, tm, n) = (sh.seqlen_q as i64, sh.seqlen_k as i64, tm as i64, n as i64);
+                let pad = (sq + tm - 1) / tm * tm - sq;
+                let want: i64 = (0..(sq + tm - 1) / tm)
+                    .map(|i| {
+                        let last = ((i + 1) * tm - pad).min(sq) - 1;
+                        let hi = (last + sk - sq + 1).min(sk);
+                        (hi.max(0) + n - 1) / n
+                    })
+                    .sum();
+                let got = sh.kernel_blocks(&spec, tm as usize);
+                assert_eq!(got, want as u64, "{sh:?} {tm}x{n}");
+                assert!(
+                    got <= sh.visited_blocks(tm as usize, n as usize),
+                    "{sh:?} {tm}x{n}"
                 );
             }
         }

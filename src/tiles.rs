@@ -434,6 +434,31 @@ impl TileShape {
         total.max(0) as u64
     }
 
+    /// The shape as a kernel whose Q blocks of `queries` end at the last query sees it
+    /// (`KernelSpec::wgmma_q_from_end`): the grid's spare queries come before query 0, which
+    /// is the shape with Sq padded up to whole blocks at the front (the visible keys of the
+    /// rows that were there stay where they were: Sk - Sq moves with Sq).
+    pub fn end_aligned(&self, queries: usize) -> TileShape {
+        TileShape {
+            seqlen_q: self.seqlen_q.div_ceil(queries.max(1)) * queries.max(1),
+            ..*self
+        }
+    }
+
+    /// The K blocks kernel `s` visits over its Q tiles of `queries` queries each (its rows;
+    /// tile_m / G packed): from each tile's first visible key under a window, on the grid
+    /// of tile_n keys otherwise, with the Q blocks from the end where the kernel lays them so.
+    pub fn kernel_blocks(&self, s: &KernelSpec, queries: usize) -> u64 {
+        let n = s.tile_n as usize;
+        if s.window_blocks() {
+            self.visited_window_blocks(queries, n)
+        } else if s.wgmma_q_from_end() {
+            self.end_aligned(queries).visited_blocks(queries, n)
+        } else {
+            self.visited_blocks(queries, n)
+        }
+    }
+
     /// Every key visible to every query (no mask).
     pub fn is_dense(&self) -> bool {
         let all = (self.seqlen_q + self.seqlen_k) as i64;
@@ -448,11 +473,7 @@ impl TileShape {
         } else {
             s.tile_m as usize
         };
-        let blocks = if s.window_blocks() {
-            self.visited_window_blocks(queries, s.tile_n as usize)
-        } else {
-            self.visited_blocks(queries, s.tile_n as usize)
-        } as f64;
+        let blocks = self.kernel_blocks(s, queries) as f64;
         blocks * (s.tile_m as f64) * (s.tile_n as usize + BLOCK_OVERHEAD_KEYS) as f64
             / tile_rate(s.tile_m, self.is_dense())
     }

@@ -94,6 +94,12 @@ static_assert(!kSplitTail || (kMask == MaskKind::None && !kVarlen && !kPaged && 
 constexpr bool kSplitKv = false;
 static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
               "split-KV: no pairs, no split tail, no window (shares of a tile's blocks)");
+// Q blocks from the end (KernelSpec::wgmma_q_from_end): a dense causal call's Q blocks end at
+// its last row, the grid's spare rows (m_blocks * kTileM - rows) placed before row 0, so the
+// one partial block is the first, which sees the fewest keys, and not the last, which sees
+// them all. Rows before 0 load as zeros (TMA fills outside the tensor) and are never stored.
+constexpr bool kQFromEnd = false;
+static_assert(!kQFromEnd || (kMask == MaskKind::Causal && !kVarlen), "Q blocks from the end: dense causal");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -219,6 +225,8 @@ struct Tile {
   bool ghost;              // varlen pair: Q block 2k + 1 past its sequence, partner of a real 2k
   static constexpr int split = 0;
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
+  // Row r of the tile is one of the sequence's (not past its end, nor, kQFromEnd, before row 0).
+  FA4_DEVICE bool has_row(int r) const { return (unsigned)(m0 + r) < (unsigned)rows; }
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
   FA4_DEVICE bool runs() const { return valid() || ghost; }
@@ -376,11 +384,12 @@ struct Tiles {
     } else {
       w.head_kv = by_group.div(w.head);
     }
-    w.m0 = m_block * kTileM;
     const SeqInfo<kVarlen, kPaged> seq(p, w.batch);
     w.seqlen_q = seq.seqlen_q;
     w.seqlen_k = seq.seqlen_k;
     w.rows = seq.seqlen_q * group;
+    const int pad = kQFromEnd ? m_blocks * kTileM - w.rows : 0;  // rows before row 0 (a multiple of G)
+    w.m0 = m_block * kTileM - pad;
     w.q0 = query_of(w.m0);
     w.q_row = (seq.q_packed ? seq.q_row0 : 0) + w.q0;
     w.q_batch = seq.q_packed ? 0 : w.batch;
@@ -399,7 +408,7 @@ struct Tiles {
     w.n_skip = 0;
     w.ghost = false;
     if (pair == 2) {
-      const int m1_pair = min((m_block | 1) * kTileM + kTileM, w.rows);
+      const int m1_pair = min((m_block | 1) * kTileM + kTileM - pad, w.rows);
       const int pair_hi = mask.block_hi(query_of(m1_pair - 1) + 1, kTileN);
       if (kVarlen && !w.valid()) {
         if ((m_block & 1) && (m_block - 1) * kTileM < w.rows) {
@@ -979,7 +988,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = row + 8 * h;
-        const bool in_seq = w.m0 + r < w.rows;  // (the shuffles need every lane: only the stores are predicated)
+        const bool in_seq = w.has_row(r);  // (the shuffles need every lane: only the stores are predicated)
         const int qr = tiles.query_of(r), hr = w.head + tiles.head_in_group(r);
         u16* out = p.o + (i64)w.q_batch * p.o_batch_stride + (i64)hr * p.o_head_stride +
                    (i64)(w.q_row + qr) * p.o_row_stride + 2 * t;
@@ -1025,7 +1034,7 @@ fa4gen_fwd_sm90_wgmma_fp16_d128x128_m128n128_q1(const __grid_constant__ FwdParam
         for (int j = 0; j < 4; ++j) r[j] = Elem::pack2(ov(i + j, 2 * h) * inv[h], ov(i + j, 2 * h + 1) * inv[h]);
         stmatrix_x4((a0 ^ ((u32)(i % 8) << 4)) + (u32)h * 1024u + (u32)(i / 8) * kQChunk, r);
       }
-      if (kWriteLse && t == 0 && w.m0 + row + 8 * h < w.rows) store_lse(w, row + 8 * h, lse[h]);
+      if (kWriteLse && t == 0 && w.has_row(row + 8 * h)) store_lse(w, row + 8 * h, lse[h]);
     }
     fence_proxy_async_smem();
     named_barrier_sync(1 + cons, 128);
