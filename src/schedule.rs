@@ -68,10 +68,11 @@ impl CausalRuns {
         }
     }
 
-    /// K blocks a Q block visits under the bottom-right causal mask, the Q blocks ending at
-    /// the last query (`KernelSpec::wgmma_q_from_end`: the kernel's dense causal grid).
+    /// K blocks a Q block visits under the bottom-right causal mask, the Q blocks ending near
+    /// the last query (`KernelSpec::wgmma_q_from_end`: the kernel's dense causal grid, its
+    /// spare rows before row 0 in whole 64-row consumers).
     pub fn blocks(&self, m: usize) -> usize {
-        let pad = self.m_blocks() * self.tile_m - self.seqlen_q;
+        let pad = (self.m_blocks() * self.tile_m - self.seqlen_q) / 64 * 64;
         let last_row = ((m + 1) * self.tile_m - pad).min(self.seqlen_q);
         (last_row + self.seqlen_k)
             .saturating_sub(self.seqlen_q)
@@ -323,8 +324,9 @@ mod tests {
                 count[r.m_block(t)] += 1;
             }
             assert!(count.iter().all(|&c| c == hb), "{sq} {sk}: {count:?}");
-            // The Q blocks end at the last query: the first one holds the grid's spare rows.
-            let pad = r.m_blocks() * 128 - sq;
+            // The Q blocks end near the last query: the first one holds the grid's spare
+            // rows, in whole 64-row consumers.
+            let pad = (r.m_blocks() * 128 - sq) / 64 * 64;
             for m in 0..r.m_blocks() {
                 let rows_end = ((m + 1) * 128 - pad).min(sq);
                 let last_key = (rows_end as i64 - 1 + sk as i64 - sq as i64).min(sk as i64 - 1);

@@ -553,13 +553,19 @@ impl KernelSpec {
         }
     }
 
-    /// Whether the wgmma kernel's Q blocks end at the last query row instead of starting at
-    /// the first: a dense causal call's rows past the whole blocks (Sq·G mod tile_m, packed)
-    /// fill the first block, whose rows before row 0 are zeros that TMA loads and never
-    /// stores. Under a causal mask a block sees keys up to its last row, so the partial block
-    /// is then the lightest (one or two K blocks) instead of the heaviest, and every block
-    /// ends tile_m - (rows mod tile_m) rows earlier: at d 64's 192-row tiles (4096 mod 192 =
-    /// 64) each visits one K block fewer, 5.5% of a 4k call's blocks and 1.5% of a 16k one's.
+    /// Whether the wgmma kernel's Q blocks end at (or within 63 rows past) the last query row
+    /// instead of starting at the first: the grid's spare rows (tile_m - Sq·G mod tile_m),
+    /// rounded down to whole consumers' 64, come before row 0, zeros that TMA loads and that
+    /// are never stored (a consumer's rows lie wholly before row 0 or wholly from it: a TMA
+    /// store from a negative row faults on the H200). Under a causal mask a block sees keys up
+    /// to its last row, so the partial block is then the lightest (one or two K blocks)
+    /// instead of the heaviest, and every block ends up to that many rows earlier: at d 64's
+    /// 192-row tiles (4096 mod 192 = 64) each visits one K block fewer, 5.5% of a 4k call's
+    /// blocks and 1.5% of a 16k one's. H200, same run, sustained, three rounds, TFLOP/s
+    /// before -> after: d 64 causal 4k 427 -> 451 (+5.6%), 16k 493 -> 496, 2k 367 (128x128,
+    /// then selected) -> 385 (192x128, selected now that its cost counts the move); aligned
+    /// calls unchanged (d 128 4k 581 -> 581); packed G 8 at 4k 478 -> 479 (its 24-query
+    /// tiles move by 8 queries, rarely a K block).
     /// Not varlen: there the rows before a sequence's first are the previous sequence's, which
     /// a tile's TMA store would overwrite. Unmasked and windowed tiles cost the same wherever
     /// the grid lies. (`TileShape::end_aligned` is the host's model of it.)

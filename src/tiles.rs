@@ -434,13 +434,17 @@ impl TileShape {
         total.max(0) as u64
     }
 
-    /// The shape as a kernel whose Q blocks of `queries` end at the last query sees it
-    /// (`KernelSpec::wgmma_q_from_end`): the grid's spare queries come before query 0, which
-    /// is the shape with Sq padded up to whole blocks at the front (the visible keys of the
-    /// rows that were there stay where they were: Sk - Sq moves with Sq).
-    pub fn end_aligned(&self, queries: usize) -> TileShape {
+    /// The shape as a kernel whose Q blocks of `tile_m` rows (`group` rows a query, packed)
+    /// end near the last query sees it (`KernelSpec::wgmma_q_from_end`): the grid's spare
+    /// rows, rounded down to whole 64-row consumers, come before query 0, which is the shape
+    /// with Sq padded at the front (the visible keys of the rows that were there stay where
+    /// they were: Sk - Sq moves with Sq).
+    pub fn end_aligned(&self, tile_m: usize, group: usize) -> TileShape {
+        let (tm, g) = (tile_m.max(1), group.max(1));
+        let rows = self.seqlen_q * g;
+        let pad = (rows.div_ceil(tm) * tm - rows) / 64 * 64;
         TileShape {
-            seqlen_q: self.seqlen_q.div_ceil(queries.max(1)) * queries.max(1),
+            seqlen_q: self.seqlen_q + pad / g,
             ..*self
         }
     }
@@ -453,7 +457,9 @@ impl TileShape {
         if s.window_blocks() {
             self.visited_window_blocks(queries, n)
         } else if s.wgmma_q_from_end() {
-            self.end_aligned(queries).visited_blocks(queries, n)
+            let group = (s.tile_m as usize / queries.max(1)).max(1);
+            self.end_aligned(s.tile_m as usize, group)
+                .visited_blocks(queries, n)
         } else {
             self.visited_blocks(queries, n)
         }

@@ -92,9 +92,12 @@ constexpr bool kSplitKv = false;
 static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
               "split-KV: no pairs, no split tail, no window (shares of a tile's blocks)");
 // Q blocks from the end (KernelSpec::wgmma_q_from_end): a dense causal call's Q blocks end at
-// its last row, the grid's spare rows (m_blocks * kTileM - rows) placed before row 0, so the
-// one partial block is the first, which sees the fewest keys, and not the last, which sees
-// them all. Rows before 0 load as zeros (TMA fills outside the tensor) and are never stored.
+// its last row, or up to 63 rows past it: the grid's spare rows (m_blocks * kTileM - rows)
+// rounded down to whole consumers' 64 are placed before row 0, so the one partial block is the
+// first, which sees the fewest keys, and not the last, which sees them all. Rows before 0 load
+// as zeros (TMA fills outside the tensor) and are never stored: a consumer's 64 rows lie wholly
+// before row 0 (no store at all; a TMA store from a negative row faults on the H200: illegal
+// instruction) or wholly from it.
 constexpr bool kQFromEnd = false;
 static_assert(!kQFromEnd || (kMask == MaskKind::Causal && !kVarlen), "Q blocks from the end: dense causal");
 
@@ -223,7 +226,7 @@ struct Tile {
   static constexpr int split = 0;
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   // Row r of the tile is one of the sequence's (not past its end, nor, kQFromEnd, before row 0).
-  FA4_DEVICE bool has_row(int r) const { return (unsigned)(m0 + r) < (unsigned)rows; }
+  FA4_DEVICE bool has_row(int r) const { return kQFromEnd ? (unsigned)(m0 + r) < (unsigned)rows : m0 + r < rows; }
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
   FA4_DEVICE bool runs() const { return valid() || ghost; }
@@ -386,7 +389,7 @@ struct Tiles {
     w.seqlen_q = seq.seqlen_q;
     w.seqlen_k = seq.seqlen_k;
     w.rows = seq.seqlen_q * group;
-    const int pad = kQFromEnd ? m_blocks * kTileM - w.rows : 0;  // rows before row 0 (a multiple of G)
+    const int pad = kQFromEnd ? (m_blocks * kTileM - w.rows) / 64 * 64 : 0;  // rows before row 0 (whole consumers', so whole groups)
     w.m0 = m_block * kTileM - pad;
     w.q0 = query_of(w.m0);
     w.q_row = (seq.q_packed ? seq.q_row0 : 0) + w.q0;
@@ -1029,7 +1032,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_causal_lse_varlen(const __grid_c
     const u32 sOc = sOt + cons * 64 * 128;
     if (kVarlen && rows < 64) {
       if (rows > 0) store_rows(p, tiles, w, sOc, rows, cons * 64, (int)(thread_index_fresh() % 128));
-    } else if (warp == 0 && lane == 0) {
+    } else if (warp == 0 && lane == 0 && (!kQFromEnd || w.m0 + cons * 64 >= 0)) {  // (rows before row 0: none stored)
 #pragma unroll
       for (int c = 0; c < kDvChunks; ++c) {
         // Packed: a box of G heads x 64 / G queries (this consumer's rows start a query).
