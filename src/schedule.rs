@@ -72,7 +72,7 @@ impl CausalRuns {
     /// the last query (`KernelSpec::wgmma_q_from_end`: the kernel's dense causal grid, its
     /// spare rows before row 0 in whole 64-row consumers).
     pub fn blocks(&self, m: usize) -> usize {
-        let pad = (self.m_blocks() * self.tile_m - self.seqlen_q) / 64 * 64;
+        let pad = crate::tiles::rows_before_first(self.seqlen_q, self.tile_m);
         let last_row = ((m + 1) * self.tile_m - pad).min(self.seqlen_q);
         (last_row + self.seqlen_k)
             .saturating_sub(self.seqlen_q)
@@ -300,8 +300,8 @@ mod tests {
     }
 
     /// The head-major decode visits every (Q block, head) once, and the visited blocks
-    /// follow the bottom-right mask, Q blocks ending at the last query (Sq < Sk: every row sees the prefix; Sq > Sk: the
-    /// first Sq - Sk rows see nothing).
+    /// follow the bottom-right mask, Q blocks ending near the last query (Sq < Sk: every
+    /// row sees the prefix; Sq > Sk: the first Sq - Sk rows see nothing).
     #[test]
     fn causal_runs_decode_and_blocks() {
         for (sq, sk, hb) in [

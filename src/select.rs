@@ -1411,8 +1411,7 @@ mod tests {
     /// (`KernelSpec::wgmma_q_from_end`): `TileShape::kernel_blocks` counts its blocks as the
     /// kernel bounds them, tile i's rows [i tm - pad, min((i + 1) tm - pad, Sq)), pad the
     /// grid's spare rows in whole 64-row consumers, its keys up to its last row's, on the
-    /// grid of n keys; and the
-    /// partial block's move never adds blocks.
+    /// grid of n keys; and the partial block's move never adds blocks.
     #[test]
     fn q_blocks_from_the_end_match_the_kernels_count() {
         for sh in random_tile_shapes(0x9e3779b97f4a7c15, 2000) {

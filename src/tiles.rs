@@ -440,9 +440,8 @@ impl TileShape {
     /// with Sq padded at the front (the visible keys of the rows that were there stay where
     /// they were: Sk - Sq moves with Sq).
     pub fn end_aligned(&self, tile_m: usize, group: usize) -> TileShape {
-        let (tm, g) = (tile_m.max(1), group.max(1));
-        let rows = self.seqlen_q * g;
-        let pad = (rows.div_ceil(tm) * tm - rows) / 64 * 64;
+        let g = group.max(1);
+        let pad = rows_before_first(self.seqlen_q * g, tile_m);
         TileShape {
             seqlen_q: self.seqlen_q + pad / g,
             ..*self
@@ -483,6 +482,14 @@ impl TileShape {
         blocks * (s.tile_m as f64) * (s.tile_n as usize + BLOCK_OVERHEAD_KEYS) as f64
             / tile_rate(s.tile_m, self.is_dense())
     }
+}
+
+/// The rows a Q grid of `tile_m`-row blocks laid from the end puts before row 0
+/// (`KernelSpec::wgmma_q_from_end`; `Tiles::make`'s `pad` in fwd_sm90.cu): the grid's spare
+/// rows, rounded down to whole 64-row consumers.
+pub fn rows_before_first(rows: usize, tile_m: usize) -> usize {
+    let tm = tile_m.max(1);
+    (rows.div_ceil(tm) * tm - rows) / 64 * 64
 }
 
 /// floor((clamp(x, 0, cap) + add) / n) for n > 0, 0 <= add < n.
