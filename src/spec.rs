@@ -566,11 +566,14 @@ impl KernelSpec {
     /// then selected) -> 385 (192x128, selected now that its cost counts the move); aligned
     /// calls unchanged (d 128 4k 581 -> 581); packed G 8 at 4k 478 -> 479 (its 24-query
     /// tiles move by 8 queries, rarely a K block).
-    /// Not varlen: there the rows before a sequence's first are the previous sequence's, which
-    /// a tile's TMA store would overwrite. Unmasked and windowed tiles cost the same wherever
-    /// the grid lies. (`TileShape::end_aligned` is the host's model of it.)
+    /// Varlen too, per sequence: there the rows before a sequence's first are the previous
+    /// sequence's, computed and, like the zeros before a dense call's, never stored (the
+    /// consumers that hold them store nothing). Unmasked and windowed tiles cost the same
+    /// wherever the grid lies, and a 64-row tile never has a whole consumer's spare rows (its
+    /// kernels leave the pad's arithmetic out: it cost the fill tile's packed paged varlen
+    /// kernel 20 more bytes of spills). (`TileShape::end_aligned` is the host's model of it.)
     pub fn wgmma_q_from_end(&self) -> bool {
-        self.imp == Impl::Wgmma && self.mask == Mask::Causal && !self.feat.varlen
+        self.imp == Impl::Wgmma && self.mask == Mask::Causal && self.tile_m > 64
     }
 
     /// The wgmma kernel may run in CTA pairs (clusters of 2 on neighbouring SMs): the two take

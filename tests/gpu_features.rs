@@ -1700,6 +1700,73 @@ fn varlen_schedule_cases_select_the_list() {
     }
 }
 
+/// Causal varlen batches on Q blocks laid from each sequence's end
+/// (`KernelSpec::wgmma_q_from_end`): lengths that leave every spare-row count (pads of 0, 64
+/// and 128 rows on 192-row tiles, 0 and 64 on 128-row ones), so a sequence's first tile holds
+/// its predecessor's rows, computed and never stored (the oracle checks every sequence, the
+/// outputs poisoned); zero-, one- and seven-row sequences, Sq > Sk and Sq < Sk. Tiles forced:
+/// 192x128 (d 64, unpacked and packed G 8), 128x128 and 128x160 (d 128, packed G 2, split 3),
+/// 128x80 (d 256, O stored from registers), 128x128 (d 192/128, in CTA pairs: a ghost past an
+/// odd count); q packed and batched (seqused_q), K packed, batched and paged; the device's
+/// list and the padded schedule; sinks on some.
+fn varlen_from_end_cases() -> Vec<Case> {
+    let seqs = vec![
+        (1, 300),
+        (65, 65),
+        (130, 500),
+        (64, 64),
+        (0, 10),
+        (193, 193),
+        (250, 1000),
+        (7, 7),
+        (450, 450),
+        (129, 1),
+        (383, 900),
+    ];
+    let layouts = [
+        (true, KLayout::Packed),
+        (false, KLayout::Batched),
+        (true, KLayout::Paged(16)),
+    ];
+    // ((d, dv), G, packed, tile)
+    let configs = [
+        ((64, 64), 1, false, (192, 128)),
+        ((64, 64), 8, true, (192, 128)),
+        ((128, 128), 2, true, (128, 128)),
+        ((128, 128), 1, false, (128, 160)),
+        ((256, 256), 1, false, (128, 80)),
+        ((192, 128), 1, false, (128, 128)),
+        ((64, 64), 4, false, (128, 128)),
+    ];
+    let mut cases = Vec::new();
+    for (i, (dims, g, pack, tile)) in configs.into_iter().enumerate() {
+        let mut c = Case::flagship_layout(seqs.clone(), i, dims, g, layouts[i % layouts.len()]);
+        c.causal = true;
+        c.pack_gqa = Some(pack);
+        c.tile = Some(tile);
+        c.sinks = i % 3 == 1;
+        c.num_splits = if i == 3 { 3 } else { 1 };
+        c.pairs = Some(i == 5);
+        c.schedule = (i % 2 == 1).then_some(false);
+        cases.push(c);
+    }
+    cases
+}
+
+#[test]
+fn flagship_varlen_from_end() {
+    run_all("flagship_varlen_from_end", &varlen_from_end_cases());
+}
+
+/// CPU: every varlen from-end case runs the flagship on its tile, with its Q blocks from the end.
+#[test]
+fn varlen_from_end_cases_select_it() {
+    let cases = varlen_from_end_cases();
+    for (c, s) in cases.iter().zip(flagship_on_case_tiles(&cases)) {
+        assert!(s.feat.varlen && s.wgmma_q_from_end(), "{}", c.name());
+    }
+}
+
 /// Split varlen batches whose sequences each take their own split count
 /// (`Selection::sequence_splits`): decode steps of mixed context lengths (the default rule: the
 /// heuristic's count the most a sequence takes, its own dealt on the device), with sequences

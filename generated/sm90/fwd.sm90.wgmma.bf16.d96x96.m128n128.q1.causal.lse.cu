@@ -88,15 +88,16 @@ static_assert(!kSplitTail || (kMask == MaskKind::None && !kVarlen && !kPaged && 
 constexpr bool kSplitKv = false;
 static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
               "split-KV: no pairs, no split tail, no window (shares of a tile's blocks)");
-// Q blocks from the end (KernelSpec::wgmma_q_from_end): a dense causal call's Q blocks end at
-// its last row, or up to 63 rows past it: the grid's spare rows (m_blocks * kTileM - rows)
-// rounded down to whole consumers' 64 are placed before row 0, so the one partial block is the
-// first, which sees the fewest keys, and not the last, which sees them all. Rows before 0 load
-// as zeros (TMA fills outside the tensor) and are never stored: a consumer's 64 rows lie wholly
-// before row 0 (no store at all; a TMA store from a negative row faults on the H200: illegal
-// instruction) or wholly from it.
+// Q blocks from the end (KernelSpec::wgmma_q_from_end): a causal sequence's Q blocks end at
+// its last row, or up to 63 rows past it: its spare rows (its blocks * kTileM - rows) rounded
+// down to whole consumers' 64 are placed before its row 0, so the one partial block is the
+// first, which sees the fewest keys, and not the last, which sees them all. Rows before 0 are
+// computed and never stored: they load as zeros (TMA fills outside the tensor) or, varlen, as
+// the previous sequence's rows, and a consumer's 64 rows lie wholly before row 0 (no store at
+// all: it would overwrite that sequence, and a TMA store from a negative row faults on the
+// H200: illegal instruction) or wholly from it.
 constexpr bool kQFromEnd = true;
-static_assert(!kQFromEnd || (kMask == MaskKind::Causal && !kVarlen), "Q blocks from the end: dense causal");
+static_assert(!kQFromEnd || kMask == MaskKind::Causal, "Q blocks from the end: causal");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
 constexpr int kStages = 2;
@@ -366,7 +367,10 @@ struct Tiles {
     w.seqlen_q = seq.seqlen_q;
     w.seqlen_k = seq.seqlen_k;
     w.rows = seq.seqlen_q * group;
-    const int pad = kQFromEnd ? (m_blocks * kTileM - w.rows) / 64 * 64 : 0;  // rows before row 0 (whole consumers', so whole groups)
+    // Rows before row 0 (whole consumers', so whole groups): the sequence's spare rows, from
+    // its own Q blocks (varlen: the grid's m_blocks are the longest sequence's).
+    const int seq_blocks = kVarlen ? (w.rows + kTileM - 1) / kTileM : m_blocks;
+    const int pad = kQFromEnd ? (seq_blocks * kTileM - w.rows) / 64 * 64 : 0;
     w.m0 = m_block * kTileM - pad;
     w.q0 = query_of(w.m0);
     w.q_row = (seq.q_packed ? seq.q_row0 : 0) + w.q0;
