@@ -1705,10 +1705,11 @@ fn varlen_schedule_cases_select_the_list() {
 /// and 128 rows on 192-row tiles, 0 and 64 on 128-row ones), so a sequence's first tile holds
 /// its predecessor's rows, computed and never stored (the oracle checks every sequence, the
 /// outputs poisoned); zero-, one- and seven-row sequences, Sq > Sk and Sq < Sk. Tiles forced:
-/// 192x128 (d 64, unpacked and packed G 8), 128x128 and 128x160 (d 128, packed G 2, split 3),
-/// 128x80 (d 256, O stored from registers), 128x128 (d 192/128, in CTA pairs: a ghost past an
-/// odd count); q packed and batched (seqused_q), K packed, batched and paged; the device's
-/// list and the padded schedule; sinks on some.
+/// 192x128 (d 64, unpacked and packed G 8), 128x160 (d 128, split 3), 128x80 (d 256, O stored
+/// from registers), 128x112 (d 192/128, in CTA pairs: a ghost past an odd count), and 128x128
+/// (d 128 packed G 2, d 64 G 4), whose varlen kernels keep the plain grid; q packed and batched
+/// (seqused_q), K packed, batched and paged; the device's list and the padded schedule; sinks
+/// on some.
 fn varlen_from_end_cases() -> Vec<Case> {
     let seqs = vec![
         (1, 300),
@@ -1735,7 +1736,7 @@ fn varlen_from_end_cases() -> Vec<Case> {
         ((128, 128), 2, true, (128, 128)),
         ((128, 128), 1, false, (128, 160)),
         ((256, 256), 1, false, (128, 80)),
-        ((192, 128), 1, false, (128, 128)),
+        ((192, 128), 1, false, (128, 112)),
         ((64, 64), 4, false, (128, 128)),
     ];
     let mut cases = Vec::new();
@@ -1758,12 +1759,17 @@ fn flagship_varlen_from_end() {
     run_all("flagship_varlen_from_end", &varlen_from_end_cases());
 }
 
-/// CPU: every varlen from-end case runs the flagship on its tile, with its Q blocks from the end.
+/// CPU: every varlen from-end case runs the flagship on its tile, with its Q blocks from the
+/// end unless tile_m is a multiple of tile_n (128x128: the plain grid, beside the others).
 #[test]
 fn varlen_from_end_cases_select_it() {
     let cases = varlen_from_end_cases();
     for (c, s) in cases.iter().zip(flagship_on_case_tiles(&cases)) {
-        assert!(s.feat.varlen && s.wgmma_q_from_end(), "{}", c.name());
+        assert!(
+            s.feat.varlen && s.wgmma_q_from_end() == (s.tile_m % s.tile_n != 0),
+            "{}",
+            c.name()
+        );
     }
 }
 

@@ -98,7 +98,7 @@ static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
 // the previous sequence's rows, and a consumer's 64 rows lie wholly before row 0 (no store at
 // all: it would overwrite that sequence, and a TMA store from a negative row faults on the
 // H200: illegal instruction) or wholly from it.
-constexpr bool kQFromEnd = true;
+constexpr bool kQFromEnd = false;
 static_assert(!kQFromEnd || kMask == MaskKind::Causal, "Q blocks from the end: causal");
 
 // ---- derived geometry (KernelSpec::geometry computes the same numbers; asserted below) ----
