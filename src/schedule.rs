@@ -69,10 +69,14 @@ impl CausalRuns {
     }
 
     /// K blocks a Q block visits under the bottom-right causal mask, the Q blocks ending near
-    /// the last query (`KernelSpec::wgmma_q_from_end`: the kernel's dense causal grid, its
-    /// spare rows before row 0 in whole 64-row consumers).
+    /// the last query where the kernel lays them so (`KernelSpec::wgmma_q_from_end`: its
+    /// spare rows before row 0 in whole 64-row consumers), else from row 0.
     pub fn blocks(&self, m: usize) -> usize {
-        let pad = crate::tiles::rows_before_first(self.seqlen_q, self.tile_m);
+        let pad = if crate::tiles::q_from_end_tile(self.tile_m, self.tile_n) {
+            crate::tiles::rows_before_first(self.seqlen_q, self.tile_m)
+        } else {
+            0
+        };
         let last_row = ((m + 1) * self.tile_m - pad).min(self.seqlen_q);
         (last_row + self.seqlen_k)
             .saturating_sub(self.seqlen_q)

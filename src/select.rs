@@ -1436,10 +1436,16 @@ mod tests {
                     }
                     .on_tile(tm, n)
                 };
-                // (A 64-row tile has no whole consumer of spare rows: the plain grid.)
-                assert_eq!(spec.wgmma_q_from_end(), tm > 64);
+                // (A 64-row tile has no whole consumer of spare rows, and a multiple of the
+                // K block gains nothing at Sq = Sk: the plain grid.)
+                let from_end = tm > 64 && tm % n != 0;
+                assert_eq!(spec.wgmma_q_from_end(), from_end);
                 let (sq, sk, tm, n) = (sh.seqlen_q as i64, sh.seqlen_k as i64, tm as i64, n as i64);
-                let pad = ((sq + tm - 1) / tm * tm - sq) / 64 * 64;
+                let pad = if from_end {
+                    ((sq + tm - 1) / tm * tm - sq) / 64 * 64
+                } else {
+                    0
+                };
                 let want: i64 = (0..(sq + tm - 1) / tm)
                     .map(|i| {
                         let last = ((i + 1) * tm - pad).min(sq) - 1;

@@ -566,14 +566,17 @@ impl KernelSpec {
     /// then selected) -> 385 (192x128, selected now that its cost counts the move); aligned
     /// calls unchanged (d 128 4k 581 -> 581); packed G 8 at 4k 478 -> 479 (its 24-query
     /// tiles move by 8 queries, rarely a K block).
-    /// Varlen too, per sequence, where tile_m is not a multiple of tile_n: there the rows
-    /// before a sequence's first are the previous sequence's, computed and, like the zeros
-    /// before a dense call's, never stored (the consumers that hold them store nothing).
-    /// Ragged prefill batches (Sq = Sk per sequence), H200, same run, five rounds, TFLOP/s:
-    /// d 64 192x128 366 -> 388 (+6.2%), d 256 128x80 (three rounds) 372 -> 394 (+5.9%). On a
-    /// 128x128 tile a 64-row shift moves no block end past a K block boundary where Sq = Sk
-    /// (the tile ends stay on the 128-key grid), and there it measured -1.1% (d 128, paired)
-    /// and -0.5% (d 192/128) with the same blocks: those varlen kernels keep the plain grid.
+    /// Varlen too, per sequence: there the rows before a sequence's first are the previous
+    /// sequence's, computed and, like the zeros before a dense call's, never stored (the
+    /// consumers that hold them store nothing). Ragged prefill batches (Sq = Sk per
+    /// sequence), H200, same run, five rounds, TFLOP/s: d 64 192x128 366 -> 388 (+6.2%), d 256
+    /// 128x80 (three rounds) 372 -> 394 (+5.9%).
+    /// Only where tile_m is not a multiple of tile_n: on a 128x128 tile a 64-row shift moves
+    /// no tile end past a K block boundary where Sq = Sk (the ends stay on the 128-key grid),
+    /// and there it measured, with the same blocks, -1.1% (d 128 varlen, paired), -0.5% (d
+    /// 192/128 varlen), -0.5% (d 128 dense S 4000), -1.3% (d 192/128 dense S 4000), and
+    /// -0.4% where it moved nothing (d 128 dense S 2000: the pad's code alone). A call with
+    /// Sk - Sq off the 128-key grid would save blocks there; not measured, not taken.
     /// Unmasked and windowed tiles cost the same wherever the grid lies, and a 64-row tile
     /// never has a whole consumer's spare rows (its kernels leave the pad's arithmetic out: it
     /// cost the fill tile's packed paged varlen kernel 20 more bytes of spills).
@@ -581,8 +584,7 @@ impl KernelSpec {
     pub fn wgmma_q_from_end(&self) -> bool {
         self.imp == Impl::Wgmma
             && self.mask == Mask::Causal
-            && self.tile_m > 64
-            && (!self.feat.varlen || !self.tile_m.is_multiple_of(self.tile_n))
+            && crate::tiles::q_from_end_tile(self.tile_m as usize, self.tile_n as usize)
     }
 
     /// The wgmma kernel may run in CTA pairs (clusters of 2 on neighbouring SMs): the two take

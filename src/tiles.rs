@@ -484,6 +484,14 @@ impl TileShape {
     }
 }
 
+/// Whether a causal wgmma kernel of this tile lays its Q blocks from the end
+/// (`KernelSpec::wgmma_q_from_end`, where the measurements are): only where tile_m is over 64
+/// (a 64-row tile has no whole consumer of spare rows) and not a multiple of tile_n (there a
+/// 64-row shift moves no tile end past a K block boundary at Sq = Sk, and cost 0.4-1.3%).
+pub fn q_from_end_tile(tile_m: usize, tile_n: usize) -> bool {
+    tile_m > 64 && !tile_m.is_multiple_of(tile_n.max(1))
+}
+
 /// The rows a Q grid of `tile_m`-row blocks laid from the end puts before row 0
 /// (`KernelSpec::wgmma_q_from_end`; `Tiles::make`'s `pad` in fwd_sm90.cu): the grid's spare
 /// rows, rounded down to whole 64-row consumers.

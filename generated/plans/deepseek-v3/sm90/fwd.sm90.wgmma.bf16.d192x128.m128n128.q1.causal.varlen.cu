@@ -90,7 +90,8 @@ static_assert(!kSplitTail || (kMask == MaskKind::None && !kVarlen && !kPaged && 
 constexpr bool kSplitKv = false;
 static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
               "split-KV: no pairs, no split tail, no window (shares of a tile's blocks)");
-// Q blocks from the end (KernelSpec::wgmma_q_from_end): a causal sequence's Q blocks end at
+// Q blocks from the end (KernelSpec::wgmma_q_from_end: kTileM over 64 and not a multiple of
+// kTileN, where the shift can save a K block): a causal sequence's Q blocks end at
 // its last row, or up to 63 rows past it: its spare rows (its blocks * kTileM - rows) rounded
 // down to whole consumers' 64 are placed before its row 0, so the one partial block is the
 // first, which sees the fewest keys, and not the last, which sees them all. Rows before 0 are
