@@ -83,9 +83,10 @@ for step in $steps; do
     ;;
   sanitize-varlen)
     # The varlen schedule kernel and the listed forwards (every case of flagship_varlen_schedule),
-    # and the split kernels with counts per sequence (sequence_splits; SANITIZE_TESTS picks),
-    # under memcheck, racecheck and synccheck.
-    for t in ${SANITIZE_TESTS:-flagship_varlen_schedule sequence_splits}; do
+    # the split kernels with counts per sequence (sequence_splits) and Q blocks laid from each
+    # sequence's end (flagship_varlen_from_end: rows before a sequence's first, never stored;
+    # SANITIZE_TESTS picks), under memcheck, racecheck and synccheck.
+    for t in ${SANITIZE_TESTS:-flagship_varlen_schedule sequence_splits flagship_varlen_from_end}; do
       for tool in memcheck racecheck synccheck; do
         FA4GEN_CASE_STRIDE=1 compute-sanitizer --tool $tool --error-exitcode 9 .stage/bin/gpu_features "$t" --exact --test-threads=1 --nocapture > "$OUT/sanitize-$t-$tool.log" 2>&1
         rc=$?
