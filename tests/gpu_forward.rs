@@ -656,6 +656,131 @@ fn oracle_flagship_tiles() {
     );
 }
 
+/// Idle consumers: a consumer warpgroup whose 64 rows all lie outside the sequence (past the
+/// end in a call's last Q block, or before row 0 where causal Q blocks are laid from the end)
+/// takes its peers' turns and releases their stages but computes and stores nothing, and
+/// unmasked calls deal their last Q block's tiles after all the others (fwd_sm90.cu
+/// `kIdleConsumers`, `Tiles::kPartialLast`). Last blocks that leave one and two of three
+/// consumers idle, first blocks with one and two idle, the reordered schedule over several
+/// rounds (d 64 S 4096: 2 x 22 x 8 tiles), packed GQA rows, a window, Sq != Sk both ways,
+/// CTA pairs whose second Q block has an idle consumer; each case runs REPEATS times,
+/// bit-compared, outputs poisoned: a skipped turn or release hangs or races, a stored idle
+/// row overwrites the next head's or sequence's.
+#[test]
+fn oracle_flagship_idle_consumers() {
+    let base = Case {
+        dtype: DType::Bf16,
+        d: 64,
+        dv: 64,
+        batch: 1,
+        sq: 1,
+        sk: 1,
+        heads: 4,
+        heads_kv: 4,
+        causal: false,
+        window: (None, None),
+        lse: true,
+        pack_gqa: None,
+        pad: 0,
+        tile_mn: None,
+        pairs: None,
+        late_keys: None,
+        split_tail: None,
+        m_major: None,
+        lpt: None,
+        every_order: false,
+        fill: None,
+    };
+    let d64 = |sq, sk, causal, tile: (u32, u32)| Case {
+        sq,
+        sk,
+        causal,
+        tile_mn: Some(tile),
+        ..base.clone()
+    };
+    let mut cases = vec![
+        // Unmasked 192x128, last block 64 rows (two idle), the partial tiles dealt last.
+        Case {
+            batch: 2,
+            heads: 8,
+            heads_kv: 2,
+            ..d64(4096, 4096, false, (192, 128))
+        },
+        // Last block 128 rows (one idle), Sk > Sq; 8 rows (two idle), one key.
+        Case {
+            dtype: DType::Fp16,
+            batch: 3,
+            heads_kv: 2,
+            lse: false,
+            ..d64(320, 1031, false, (192, 128))
+        },
+        Case {
+            heads: 5,
+            heads_kv: 5,
+            pad: 8,
+            ..d64(200, 1, false, (192, 128))
+        },
+        // Packed GQA rows: 4100 x 3 = 64 blocks of 192 and 12 rows.
+        Case {
+            batch: 2,
+            heads: 3,
+            heads_kv: 1,
+            pack_gqa: Some(true),
+            ..d64(4100, 700, false, (192, 128))
+        },
+        // Two consumers, last block 32 rows.
+        Case {
+            dtype: DType::Fp16,
+            batch: 2,
+            ..d64(4000, 333, false, (128, 128))
+        },
+        // Causal from the end: the first block's 128 (S 4096) and 128 (Sq 1000) spare rows
+        // before row 0, two consumers idle; Sq > Sk (rows that see no key).
+        d64(4096, 4096, true, (192, 128)),
+        Case {
+            batch: 2,
+            ..d64(1000, 3000, true, (192, 128))
+        },
+        Case {
+            heads_kv: 1,
+            ..d64(3000, 1000, true, (192, 128))
+        },
+        // A window over packed rows: 1000 x 8 = 41 blocks of 192 and 128 rows.
+        Case {
+            heads: 32,
+            heads_kv: 4,
+            pack_gqa: Some(true),
+            window: (Some(127), Some(0)),
+            ..d64(1000, 1000, false, (192, 80))
+        },
+    ];
+    for (d, dv, sq, sk, tile) in [
+        (256, 256, 900, 900, (128, 80)), // causal from the end, pad 64: consumer 0 idle
+        (192, 128, 700, 1500, (128, 112)), // pad 64, Sk > Sq
+    ] {
+        cases.push(Case {
+            d,
+            dv,
+            causal: true,
+            ..d64(sq, sk, true, tile)
+        });
+    }
+    // CTA pairs (32 Q blocks of 128, the last of 32 rows: its second consumer idle).
+    cases.push(Case {
+        d: 128,
+        dv: 128,
+        pairs: Some(true),
+        ..d64(4000, 4000, true, (128, 128))
+    });
+    let on_hopper = setup().is_some_and(|(_, _, fa)| fa.device().major == 9);
+    run_all_with(
+        "oracle_flagship_idle_consumers",
+        &cases,
+        on_hopper.then_some("wgmma"),
+        setup_jit,
+    );
+}
+
 /// Each case in three orders on the same inputs, bit-compared (`Case::every_order`): its
 /// causal runs dealt head major by the plain snake, Q block major
 /// (`Problem::m_major_runs`), and head major in the host's order (`Problem::lpt_rounds`).

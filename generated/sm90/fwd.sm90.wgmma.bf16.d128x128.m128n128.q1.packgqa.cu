@@ -108,6 +108,12 @@ constexpr int kConsumers = kTileM / 64;            // consumer warpgroups, 64 ro
 constexpr int kThreads = 128 * (kConsumers + 1);
 constexpr int kProducerRegs = 24, kConsumerRegs = 240;
 constexpr bool kPingPong = kConsumers > 1;  // consumers take turns at the tensor cores
+// Idle consumers: a consumer whose 64 rows all lie outside the sequence (past its end in a
+// call's last, partial Q block; before row 0 under kQFromEnd) takes its turns and releases
+// its stages as its peers do, but issues no GEMM, runs no softmax and stores nothing: the
+// tile then costs about what its busy consumers need alone. Not in the split tail, whose
+// parts' merge counts every consumer in.
+constexpr bool kIdleConsumers = kConsumers > 1 && !kSplitTail;
 constexpr int kSchedBar = 4;                          // named barriers 4.. (1..3: epilogue)
 constexpr int kTailBar = kSchedBar + kConsumers;      // all consumers: V's tail zeroed
 // 128-byte (64-element) column blocks. TMA zero-fills the columns past d (and dv), so a head
@@ -227,6 +233,11 @@ struct Tile {
   FA4_DEVICE bool valid() const { return m0 < rows; }  // a shorter sequence has fewer Q blocks
   // Row r of the tile is one of the sequence's (not past its end, nor, kQFromEnd, before row 0).
   FA4_DEVICE bool has_row(int r) const { return kQFromEnd ? (unsigned)(m0 + r) < (unsigned)rows : m0 + r < rows; }
+  // Consumer c has none of the sequence's rows (kIdleConsumers: it computes nothing). Its 64
+  // rows lie wholly before row 0 or wholly from it, so its first and last rows tell.
+  FA4_DEVICE bool idle(int c) const { return kIdleConsumers && !has_row(c * 64) && !has_row(c * 64 + 63); }
+  // Some consumer of the tile idles: the first (rows before row 0) or the last (past the end).
+  FA4_DEVICE bool any_idle() const { return idle(0) || idle(kConsumers - 1); }
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
   FA4_DEVICE bool runs() const { return valid() || ghost; }
@@ -263,12 +274,22 @@ struct Tiles {
   int run, run_rest;                  // kGrouped: Q blocks per run; m_blocks % run
   int run_tiles;                      // kGrouped: the tiles of the whole runs, which come first
   bool m_major;                       // kRun > 0: the runs dealt Q block major (p.m_major_runs)
+  int partial_from;                   // kPartialLast: the first of the partial Q blocks' tiles (split_base: none)
   static constexpr int pair = 1;
   static constexpr int kRun = -1;  // KernelSpec::wgmma_q_run: Q blocks per run, 0: G (packed), -1: none
   static constexpr bool kGrouped = kRun >= 0;
   // Dense causal runs: the host may deal their units by a table (p.unit_order; varlen
   // costs are on the device, so never there, and the read is not compiled in).
   static constexpr bool kUnitOrder = kRun > 0 && !kVarlen && !kSplitKv;
+  // Unmasked, the last Q block's tiles come last where their idle consumers make them cheaper
+  // (kIdleConsumers): a round the grid does not fill then holds light tiles, and the snake
+  // gives the CTAs dealt one tile more the cheap ones. d 64 S 4k, 192 rows: 2816 tiles,
+  // 21.33 rounds on 132 CTAs; the 128 partial ones (64 rows: two consumers of three idle)
+  // dealt last, CTAs 88..131 take two of them after 20 whole ones, 48..87 one, 0..47 none
+  // after 21: where a partial tile costs half a whole one or less, no CTA has more than 21
+  // whole tiles' work (22 before, the last round's 44 CTAs each a 22nd whole tile). Not in pairs (a pair is two Q blocks of one head) nor
+  // varlen (the grid's Q blocks are the longest sequence's).
+  static constexpr bool kPartialLast = kMask == MaskKind::None && kIdleConsumers && !kVarlen;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group, the run.
   FastDivmod by_fast, by_heads, by_group, by_run;
@@ -283,10 +304,14 @@ struct Tiles {
         run_rest(m_blocks % run),
         run_tiles((m_blocks - run_rest) * heads * p.batch),
         m_major(kRun > 0 && p.m_major_runs != 0 && !(kUnitOrder && p.unit_order != nullptr)),
+        partial_from(split_base),
         by_fast(kMask == MaskKind::None ? m_blocks : heads * p.batch),
         by_heads(heads),
         by_group(p.group),
         by_run(run) {
+    // The last Q block has whole idle consumers where its rows leave 64 or more of kTileM.
+    const int last_rows = p.seqlen_q * group - (m_blocks - 1) * kTileM;
+    if (kPartialLast && pair == 1 && m_blocks > 1 && last_rows <= kTileM - 64) partial_from = (m_blocks - 1) * heads * p.batch;
   }
   // Whether tiles come from the schedule kernel's list (FwdParams::unit_order in a varlen
   // kernel); read from the parameters each time, not held in a register across the loop.
@@ -343,6 +368,15 @@ struct Tiles {
       by_fast.divmod(tile >> shift, q, fast);
       by_run.divmod(q << shift, slow, r2);  // r2 = u * pair
       m_lo = run - pair - r2 + (tile & shift);
+    } else if (kPartialLast && partial_from < split_base) {
+      // The whole Q blocks' tiles first (Q blocks fastest), then the last Q block's.
+      if (tile >= partial_from) {
+        fast = m_blocks - 1;
+        slow = tile - partial_from;
+      } else {
+        slow = tile / (m_blocks - 1);
+        fast = tile - slow * (m_blocks - 1);
+      }
     } else {
       if (in_run) by_run.divmod(tile, tile, m_lo);
       by_fast.divmod(kGrouped && !in_run ? tile - run_tiles : tile, slow, fast);
@@ -865,17 +899,12 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_packgqa(const __grid_constant__ 
     }
     softmax.template update<kMaxSlack>(s, scale_log2, corr);
   };
-  // The first visited block (ring position it) of tile w has its S: release K, the softmax.
-  auto first_block = [&](const Tile& w, u32 it) {
-    const int n0 = w.key_of(w.n_hi - 1);
-    fence_regs(s[0]);
-    release_kv(bar.empty_k(it % kStages));
-    softmax.init();
-    block_softmax(w, n0, true);
+  // The first visited block (ring position it) of tile w holds the sequence's last key: zero
+  // V's rows past it before any P V reads them, each consumer (idle ones too) its share.
+  // Between the consumers' turns, so all of them get here.
+  auto zero_v_tail = [&](const Tile& w, u32 it) {
     if constexpr (kZeroVTail) {
-      // The first visited block holds the sequence's last key: zero V's rows past it before
-      // any P V reads them. Between the consumers' turns, so all of them get here.
-      const int valid = w.seqlen_k - n0;
+      const int valid = w.seqlen_k - w.key_of(w.n_hi - 1);
       if (valid < kTileN) {
         const int st = it % kStages;
         mbar_wait(bar.full_v(st), (it / kStages) & 1);
@@ -884,6 +913,15 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_packgqa(const __grid_constant__ 
         named_barrier_sync(kTailBar, 128 * kConsumers);
       }
     }
+  };
+  // The first visited block (ring position it) of tile w has its S: release K, the softmax.
+  auto first_block = [&](const Tile& w, u32 it) {
+    const int n0 = w.key_of(w.n_hi - 1);
+    fence_regs(s[0]);
+    release_kv(bar.empty_k(it % kStages));
+    softmax.init();
+    block_softmax(w, n0, true);
+    zero_v_tail(w, it);
   };
   // The tile's rows are done: finalize the softmax (a sink, per head in natural-log units,
   // joins each row's denominator and LSE; split-KV: in the combine, once), keeping each row's
@@ -1032,6 +1070,36 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_packgqa(const __grid_constant__ 
   bool head_done = false;  // the tile's first block went through its softmax in the tile before's tail
   while (have) {
     const int qb = j % kQBufs;
+    if (w.idle(cons)) {
+      // None of this consumer's rows are the sequence's (no chain enters or leaves such a
+      // tile): it takes its peers' turns, one per block and one for the last P V, with no GEMM
+      // in them, and releases each stage once it has landed (its phase is then this block's);
+      // the tile then runs on as one without blocks (O = 0, no row of it stored).
+      if (w.n_blocks > 0) {
+        mbar_wait(bar.full_k(it % kStages), (it / kStages) & 1);
+        turn_begin();
+        turn_end();
+        release_kv(bar.empty_k(it % kStages));
+        zero_v_tail(w, it);
+        for (int i = 1; i < w.n_blocks; ++i) {
+          const int prev = it % kStages;
+          ++it;
+          const int st = it % kStages;
+          mbar_wait(bar.full_k(st), (it / kStages) & 1);
+          turn_begin();
+          turn_end();
+          release_kv(bar.empty_k(st));
+          mbar_wait(bar.full_v(prev), ((it - 1) / kStages) & 1);
+          release_kv(bar.empty_v(prev));
+        }
+        mbar_wait(bar.full_v(it % kStages), (it / kStages) & 1);
+        turn_begin();
+        turn_end();
+        release_kv(bar.empty_v(it % kStages));
+        ++it;
+      }
+      w.n_blocks = 0;
+    }
     lazy = w.n_blocks >= kLazyBlocks;
     if (!head_done) {
       if (!kOverwriteFirstPv || w.n_blocks == 0) zero_o();  // (a tile with no block stores O as it is: zeros)
@@ -1097,7 +1165,7 @@ fa4gen_fwd_sm90_wgmma_bf16_d128x128_m128n128_q1_packgqa(const __grid_constant__ 
     int rn = r + 1;
     Tile wn;
     const bool have_next = next_tile(rn, wn);
-    head_done = kChainTiles && w.n_blocks > 0 && have_next && wn.n_blocks > 0;
+    head_done = kChainTiles && w.n_blocks > 0 && have_next && wn.n_blocks > 0 && !w.any_idle() && !wn.any_idle();
 
     // (Each path one straight run of GEMMs and waits: a wgmma issued on one path only made
     // ptxas serialise every wgmma of the kernel.)
