@@ -720,13 +720,13 @@ fn oracle_flagship_idle_consumers() {
             pad: 8,
             ..d64(200, 1, false, (192, 128))
         },
-        // Packed GQA rows: 4100 x 3 = 64 blocks of 192 and 12 rows.
+        // Packed GQA rows (G divides 64): 4088 x 8 = 170 blocks of 192 and 64 rows.
         Case {
             batch: 2,
-            heads: 3,
+            heads: 8,
             heads_kv: 1,
             pack_gqa: Some(true),
-            ..d64(4100, 700, false, (192, 128))
+            ..d64(4088, 700, false, (192, 128))
         },
         // Two consumers, last block 32 rows.
         Case {
