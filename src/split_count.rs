@@ -119,8 +119,8 @@ impl SplitCall {
     /// Calls `f(m, count)` for runs of `count` consecutive units of Q block `m`, in the order
     /// one copy of the schedule deals them (fwd_sm90.cu `Tiles::at`): unmasked, any order
     /// (all visit the same K blocks; a last Q block whose idle consumers make it cheaper,
-    /// `kIdleConsumers`, is costed as whole here); causal, (head, batch) fastest and the heaviest Q block first; in
-    /// runs of r Q blocks, the heaviest run first and, Q block major, its blocks heaviest
+    /// `kIdleConsumers`, is costed as whole here); causal, (head, batch) fastest and the
+    /// heaviest Q block first; in runs of r Q blocks, the heaviest run first and, Q block major, its blocks heaviest
     /// first with (head, batch) fastest, else head-major: a run's blocks fastest, lightest
     /// first; then the m_blocks % r lowest blocks, (head, batch) fastest.
     fn deal(&self, m_blocks: usize, grid: usize, mut f: impl FnMut(usize, usize)) {

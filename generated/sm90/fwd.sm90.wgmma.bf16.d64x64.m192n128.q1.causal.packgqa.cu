@@ -287,9 +287,10 @@ struct Tiles {
   // gives the CTAs dealt one tile more the cheap ones. d 64 S 4k, 192 rows: 2816 tiles,
   // 21.33 rounds on 132 CTAs; the 128 partial ones (64 rows: two consumers of three idle)
   // dealt last, CTAs 88..131 take two of them after 20 whole ones, 48..87 one, 0..47 none
-  // after 21: where a partial tile costs half a whole one or less, no CTA has more than 21
-  // whole tiles' work (22 before, the last round's 44 CTAs each a 22nd whole tile). Not in pairs (a pair is two Q blocks of one head) nor
-  // varlen (the grid's Q blocks are the longest sequence's).
+  // after 21. Before, 44 CTAs ran 22 whole tiles; now no CTA runs more than max(21, 20 + 2a)
+  // tiles' work, a partial tile costing a whole one's a (H200: +2.8%, so a is about 0.7;
+  // schedule.rs `partial_q_blocks_last_even_the_unfilled_round`). Not in pairs (a pair is two
+  // Q blocks of one head) nor varlen (the grid's Q blocks are the longest sequence's).
   static constexpr bool kPartialLast = kMask == MaskKind::None && kIdleConsumers && !kVarlen;
   // The tile index's divisors: its fastest-running part (Q blocks unmasked, (head, batch)
   // pairs masked), heads (KV heads when packed), the GQA group, the run.
