@@ -567,8 +567,8 @@ impl KernelSpec {
     /// calls unchanged (d 128 4k 581 -> 581); packed G 8 at 4k 478 -> 479 (its 24-query
     /// tiles move by 8 queries, rarely a K block).
     /// Varlen too, per sequence: there the rows before a sequence's first are the previous
-    /// sequence's, computed and, like the zeros before a dense call's, never stored (the
-    /// consumers that hold them store nothing). Ragged prefill batches (Sq = Sk per
+    /// sequence's, and like the zeros before a dense call's neither computed nor stored (the
+    /// consumers that hold them idle: fwd_sm90.cu `kIdleConsumers`). Ragged prefill batches (Sq = Sk per
     /// sequence), H200, same run, five rounds, TFLOP/s: d 64 192x128 366 -> 388 (+6.2%), d 256
     /// 128x80 (three rounds) 372 -> 394 (+5.9%).
     /// Only where tile_m is not a multiple of tile_n: on a 128x128 tile a 64-row shift moves

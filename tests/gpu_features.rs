@@ -1703,8 +1703,8 @@ fn varlen_schedule_cases_select_the_list() {
 /// Causal varlen batches on Q blocks laid from each sequence's end
 /// (`KernelSpec::wgmma_q_from_end`): lengths that leave every spare-row count (pads of 0, 64
 /// and 128 rows on 192-row tiles, 0 and 64 on 128-row ones), so a sequence's first tile holds
-/// its predecessor's rows, computed and never stored (the oracle checks every sequence, the
-/// outputs poisoned); zero-, one- and seven-row sequences, Sq > Sk and Sq < Sk. Tiles forced:
+/// its predecessor's rows, never stored, their consumers idle (the oracle checks every
+/// sequence, the outputs poisoned); zero-, one- and seven-row sequences, Sq > Sk and Sq < Sk. Tiles forced:
 /// 192x128 (d 64, unpacked and packed G 8), 128x160 (d 128, split 3), 128x80 (d 256, O stored
 /// from registers), 128x112 (d 192/128, in CTA pairs: a ghost past an odd count), and 128x128
 /// (d 128 packed G 2, d 64 G 4), whose varlen kernels keep the plain grid; q packed and batched

@@ -93,11 +93,11 @@ static_assert(!kSplitKv || (!kPairs && !kSplitTail && kMask != MaskKind::Local),
 // kTileN, where the shift can save a K block): a causal sequence's Q blocks end at
 // its last row, or up to 63 rows past it: its spare rows (its blocks * kTileM - rows) rounded
 // down to whole consumers' 64 are placed before its row 0, so the one partial block is the
-// first, which sees the fewest keys, and not the last, which sees them all. Rows before 0 are
-// computed and never stored: they load as zeros (TMA fills outside the tensor) or, varlen, as
-// the previous sequence's rows, and a consumer's 64 rows lie wholly before row 0 (no store at
-// all: it would overwrite that sequence, and a TMA store from a negative row faults on the
-// H200: illegal instruction) or wholly from it.
+// first, which sees the fewest keys, and not the last, which sees them all. Rows before 0 load
+// as zeros (TMA fills outside the tensor) or, varlen, as the previous sequence's rows, and a
+// consumer's 64 rows lie wholly before row 0 or wholly from it: one wholly before computes
+// nothing (an idle consumer, kIdleConsumers) and stores nothing (it would overwrite that
+// sequence, and a TMA store from a negative row faults on the H200: illegal instruction).
 constexpr bool kQFromEnd = false;
 static_assert(!kQFromEnd || kMask == MaskKind::Causal, "Q blocks from the end: causal");
 
