@@ -23,6 +23,9 @@ fn main() {
             for w in &k.warnings {
                 eprintln!("warning: {w}");
             }
+            if k.wgmma_serialization().is_some() {
+                eprintln!("note: `cargo xtask gen` refuses this kernel (its wgmma serialised)");
+            }
             let mut entry = fa4gen::manifest::Entry::new(&spec, &src);
             entry.cubin = Some(fa4gen::manifest::CubinInfo {
                 sha256: fa4gen::render::sha256_hex(&k.cubin),

@@ -25,6 +25,28 @@ pub struct CompiledKernel {
     pub seconds: f64,
 }
 
+impl CompiledKernel {
+    /// ptxas's line saying it serialised the kernel's warpgroup MMAs, if it did (see
+    /// [`is_wgmma_serialization`]): `gen` refuses such a kernel.
+    pub fn wgmma_serialization(&self) -> Option<&str> {
+        self.warnings
+            .iter()
+            .map(String::as_str)
+            .find(|l| is_wgmma_serialization(l))
+    }
+}
+
+/// Whether a ptxas line reports serialised wgmma (C7510-C7515, an "info" of "Potential
+/// Performance Loss: wgmma.mma_async instructions are serialized due to ..."). The cubin is
+/// correct, but each warpgroup MMA then waits for the one before it: a template change that
+/// left a wait on one path only, or a read of an accumulator between a wgmma's issue and its
+/// wait, cost the flagship 29-37% this way (docs/BENCHMARKS.md, forty-sixth session), with
+/// nothing else to show for it.
+pub fn is_wgmma_serialization(line: &str) -> bool {
+    let l = line.to_ascii_lowercase();
+    l.contains("wgmma") && l.contains("serialized")
+}
+
 /// The NVRTC options of every kernel of `spec.arch`: a real (SASS) target, never PTX,
 /// ptxas's verbose report for the manifest's resource fields, and a fixed seed for the names
 /// of internal-linkage symbols (with a `__grid_constant__` parameter, as the wgmma kernel's
@@ -121,5 +143,42 @@ mod tests {
             })
         );
         assert_eq!(parse_ptxas_report("nothing here"), None);
+    }
+
+    /// The line ptxas 13.5 printed for a kernel whose P V wait sat on two paths (C7514), and a
+    /// line of its form under another code, are serialisation; resource lines and other
+    /// warnings (one naming a wgmma kernel's file among them) are not.
+    #[test]
+    fn wgmma_serialization_is_recognised() {
+        let c7514 = "ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async \
+                     instructions are serialized due to non wgmma instructions reading accumulator \
+                     registers of  a wgmma between start and end of the pipeline stage in the \
+                     function 'k' in line 0";
+        let c7510 = "ptxas info    : (C7510) Potential Performance Loss: wgmma.mma_async \
+                     instructions are serialized due to the presence of Extern calls in the function 'k'";
+        assert!(is_wgmma_serialization(c7514) && is_wgmma_serialization(c7510));
+        for other in [
+            "ptxas info    : Used 168 registers, used 1 barriers, 400 bytes cmem[0]",
+            "warning #549-D: variable \"corr\" is used before its value is set",
+            "warning: fwd.sm90.wgmma.bf16.d64x64.m192n128.q1.cu(245): warning #177-D: declared but never referenced",
+        ] {
+            assert!(!is_wgmma_serialization(other), "{other}");
+        }
+        let k = CompiledKernel {
+            cubin: Vec::new(),
+            resources: None,
+            warnings: vec![other_warning(), c7514.to_string()],
+            seconds: 0.0,
+        };
+        assert_eq!(k.wgmma_serialization(), Some(c7514));
+        let clean = CompiledKernel {
+            warnings: vec![other_warning()],
+            ..k
+        };
+        assert_eq!(clean.wgmma_serialization(), None);
+    }
+
+    fn other_warning() -> String {
+        "warning #177-D: function \"listed\" was declared but never referenced".to_string()
     }
 }

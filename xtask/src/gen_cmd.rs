@@ -176,7 +176,16 @@ pub fn run(a: GenArgs) -> Result<(), String> {
                             bar.println(format!("{}: {w}", r.spec.stem()));
                         }
                         let path = dir.join(format!("{}.cubin", r.spec.stem()));
-                        if let Err(e) = std::fs::write(&path, &k.cubin) {
+                        if let Some(w) = k.wgmma_serialization() {
+                            // Correct but ~30% slow, and nothing else would say so: refused.
+                            lock(&failures).push(format!(
+                                "{}: ptxas serialised its wgmma (`{}`); refused, as such a \
+                                 kernel runs its warpgroup MMAs one after another (a wait on one \
+                                 path only, or an accumulator read between a wgmma and its wait)",
+                                r.spec.stem(),
+                                w.trim()
+                            ));
+                        } else if let Err(e) = std::fs::write(&path, &k.cubin) {
                             lock(&failures).push(format!("{}: {e}", path.display()));
                         } else {
                             let info = CubinInfo {
