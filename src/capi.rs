@@ -289,7 +289,14 @@ pub unsafe extern "C" fn fa4gen_problem_init(
     let Some(p) = (unsafe { p.as_mut() }) else {
         return;
     };
-    let contiguous = |s: i64, h: i64, d: i64| [s * h * d, h * d, d];
+    // (Saturating: validation refuses such strides' extents; a product must not wrap or panic.)
+    let contiguous = |s: i64, h: i64, d: i64| {
+        [
+            s.saturating_mul(h).saturating_mul(d),
+            h.saturating_mul(d),
+            d,
+        ]
+    };
     *p = CProblem {
         dtype,
         batch,

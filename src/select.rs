@@ -633,7 +633,7 @@ pub fn select_with(
     let num_splits = if v.num_splits < 1 {
         let sk_eff = match v.mask {
             Mask::Local => p.seqlen_k.min(
-                (v.params.window_left as usize)
+                (v.params.window_left.max(0) as usize)
                     .saturating_add(v.params.window_right.max(0) as usize)
                     .saturating_add(1 + spec.tile_m as usize),
             ),
@@ -726,8 +726,12 @@ pub fn select_with(
             && flagship_tiles * FLAGSHIP_SPLIT_FILL.1
                 >= device.sm_count as usize * FLAGSHIP_SPLIT_FILL.0
     };
+    // The grid's z is batch * splits, at most 65535: validation holds a caller's count to it,
+    // and the heuristic's is capped alike (a decode batch of 20000 sequences took 4).
     let num_splits = if v.num_splits < 1 && unsplit {
         1
+    } else if v.num_splits < 1 {
+        num_splits.min((65535 / p.batch.max(1)).max(1) as u32)
     } else {
         num_splits
     };
@@ -930,6 +934,31 @@ mod tests {
             );
             assert_eq!(sel(&p, &H200).spec.q_stage, 1);
         }
+    }
+
+    /// The grid's z (batch * splits) stays within 65535 when the heuristic picks the count,
+    /// as validation holds a caller's count to it: a decode batch of 20000 sequences with
+    /// counts per sequence off took 4 splits (z 80000, a launch error); and a window's
+    /// negative side does not count as every key (it read as usize::MAX keys: 47 splits for
+    /// tiles of about 8 keys).
+    #[test]
+    fn heuristic_splits_keep_the_grid_and_read_windows_as_visible_keys() {
+        let mut p = Problem::new(DType::Bf16, 20000, 1, 32768, 8, 8, 128, 128);
+        p.num_splits = 0;
+        p.varlen = Some(Varlen {
+            seqused_k: true,
+            ..Varlen::default()
+        });
+        p.sequence_splits = Some(false);
+        let s = sel(&p, &H200);
+        assert!(s.grid.2 <= 65535, "{:?} at {} splits", s.grid, s.num_splits);
+        let window = |left: i64| {
+            let mut p = Problem::new(DType::Bf16, 1, 1, 65536, 8, 8, 128, 128);
+            p.num_splits = 0;
+            p.window = (Some(left), Some(10));
+            sel(&p, &H200).num_splits
+        };
+        assert_eq!(window(-3), window(0));
     }
 
     #[test]

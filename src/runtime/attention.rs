@@ -1022,6 +1022,14 @@ impl FlashAttention {
     /// [`forward`](Self::forward) with the serving features' arrays: ragged batches
     /// (`cu_seqlens_*`, `seqused_*`), a page table, sinks. Each buffer must be present exactly
     /// when the problem declares it, and long enough (checked).
+    ///
+    /// Their contents are read by the kernels as FA4 reads them, unchecked (checking would
+    /// copy them back and sync the stream on every call): `cu_seqlens_*` non-decreasing from 0
+    /// and within the packed tensors' rows, `seqused_*` within each sequence's rows, page
+    /// indices below `num_pages`. The flagship's loads and stores of q, k, v and out go
+    /// through tensor maps of the buffers' extents and stay inside them whatever the arrays
+    /// hold; the LSE's stores and the portable kernel's accesses do not. Values outside those
+    /// ranges are a caller bug with undefined results on the device.
     #[allow(clippy::too_many_arguments)]
     pub fn forward_varlen(
         &self,
@@ -1070,11 +1078,21 @@ impl FlashAttention {
         }
         let b = problem.batch;
         let pages = problem.paged.map_or(0, |pg| {
-            (b.max(1) - 1) * pg.page_table_stride + pg.pages_per_seq
+            (b.max(1) - 1)
+                .saturating_mul(pg.page_table_stride)
+                .saturating_add(pg.pages_per_seq)
         });
         for (field, have, need) in [
-            ("cu_seqlens_q", extra.cu_seqlens_q.map(|x| x.len()), b + 1),
-            ("cu_seqlens_k", extra.cu_seqlens_k.map(|x| x.len()), b + 1),
+            (
+                "cu_seqlens_q",
+                extra.cu_seqlens_q.map(|x| x.len()),
+                b.saturating_add(1),
+            ),
+            (
+                "cu_seqlens_k",
+                extra.cu_seqlens_k.map(|x| x.len()),
+                b.saturating_add(1),
+            ),
             ("seqused_q", extra.seqused_q.map(|x| x.len()), b),
             ("seqused_k", extra.seqused_k.map(|x| x.len()), b),
             ("page_table", extra.page_table.map(|x| x.len()), pages),

@@ -17,11 +17,13 @@ pub struct Strides {
 
 impl Strides {
     /// Strides of a contiguous `(B, S, H, D)` tensor.
+    /// (A stride past i64 saturates: validation then refuses the extent, never wraps it.)
     pub fn contiguous(seqlen: usize, heads: usize, dim: usize) -> Strides {
+        let i = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
         Strides {
-            batch: (seqlen * heads * dim) as i64,
-            row: (heads * dim) as i64,
-            head: dim as i64,
+            batch: i(seqlen.saturating_mul(heads).saturating_mul(dim)),
+            row: i(heads.saturating_mul(dim)),
+            head: i(dim),
         }
     }
 
@@ -36,7 +38,7 @@ impl Strides {
             .checked_add((s as i64 - 1).checked_mul(self.row)?)?
             .checked_add((h as i64 - 1).checked_mul(self.head)?)?
             .checked_add(d as i64 - 1)?;
-        usize::try_from(last + 1).ok()
+        usize::try_from(last.checked_add(1)?).ok()
     }
 }
 
@@ -203,11 +205,12 @@ impl Problem {
         }
     }
 
-    /// Rows of q/out across the batch: `total_q` when packed, else `B * Sq`.
+    /// Rows of q/out across the batch: `total_q` when packed, else `B * Sq` (saturating: an
+    /// unvalidated problem's product never wraps).
     pub fn total_q(&self) -> usize {
         self.varlen
             .and_then(|v| v.total_q)
-            .unwrap_or(self.batch * self.seqlen_q)
+            .unwrap_or(self.batch.saturating_mul(self.seqlen_q))
     }
 
     /// (batch, rows) of q/out and of k/v as laid out in memory: packed (varlen) tensors are
@@ -243,7 +246,7 @@ pub fn resolve_mask(
         wr = Some(0);
     }
     if let (Some(l), Some(r)) = (wl, wr)
-        && l + r < 0
+        && l.saturating_add(r) < 0
     {
         wl = None;
         wr = None;
@@ -405,11 +408,11 @@ impl Problem {
                 I32_MAX,
                 "page table columns",
             )?;
-            if pg.page_table_stride < pg.pages_per_seq {
+            if pg.page_table_stride < pg.pages_per_seq || pg.page_table_stride > I32_MAX {
                 return Err(Error::invalid(
                     "page_table_stride",
                     pg.page_table_stride,
-                    format!("at least pages_per_seq = {}", pg.pages_per_seq),
+                    format!("pages_per_seq = {} to 2^31 - 1", pg.pages_per_seq),
                 ));
             }
             if self.seqlen_k > pg.pages_per_seq * pg.page_size {
@@ -422,6 +425,30 @@ impl Problem {
                     ),
                 ));
             }
+        }
+        // Every buffer's and the split workspace's size in bytes (fp32 partials, at most 256
+        // splits where the heuristic picks) fits in an i64, so no size or stride derived from
+        // the shape wraps.
+        let splits = if self.num_splits < 1 {
+            256
+        } else {
+            self.num_splits as usize
+        };
+        let bytes = self
+            .total_q()
+            .checked_mul(self.heads)
+            .and_then(|x| x.checked_mul(self.head_dim.max(self.head_dim_v) + 1))
+            .and_then(|x| x.checked_mul(splits))
+            .and_then(|x| x.checked_mul(4));
+        if bytes.is_none_or(|b| b > i64::MAX as usize) {
+            return Err(Error::invalid(
+                "heads",
+                self.heads,
+                format!(
+                    "rows ({}) x heads x (head dim + 1) x {splits} splits x 4 bytes below 2^63",
+                    self.total_q()
+                ),
+            ));
         }
         let group = self.heads / self.heads_kv;
         if self.seqlen_q * group > I32_MAX / 2 {
@@ -472,6 +499,22 @@ impl Problem {
             page_table_batch_stride: self.paged.map_or(0, |pg| pg.page_table_stride as i64),
             ..FwdParams::default()
         };
+        if !(params.scale_log2.is_finite() && params.softcap_scale.is_finite()) {
+            return Err(Error::invalid(
+                if self.softcap > 0.0 {
+                    "softcap"
+                } else {
+                    "softmax_scale"
+                },
+                if self.softcap > 0.0 {
+                    self.softcap
+                } else {
+                    scale
+                },
+                "a value whose exp2-domain scale (softmax_scale * log2 e, or softcap * log2 e and \
+                 softmax_scale / softcap) is finite",
+            ));
+        }
         let mut params = params;
         if let Some(total_q) = self.varlen.and_then(|v| v.total_q) {
             params.lse_head_stride = total_q as i64; // LSE (H, total_q)
@@ -531,7 +574,7 @@ impl Problem {
                 self.heads,
                 self.head_dim_v,
             )?,
-            self.heads * self.total_q(),
+            self.heads.saturating_mul(self.total_q()),
         ])
     }
 
@@ -614,6 +657,8 @@ mod tests {
             ),
             (Box::new(|p| p.batch = 1 << 20), "batch"),
             (Box::new(|p| p.v_strides.row = 1 << 24), "v_strides"),
+            (Box::new(|p| p.softcap = 1e-40), "softcap"),
+            (Box::new(|p| p.softmax_scale = Some(3e38)), "softmax_scale"),
         ];
         for (mutate, field) in cases {
             let mut p = ok.clone();
@@ -623,5 +668,61 @@ mod tests {
                 other => panic!("{field}: {other:?}"),
             }
         }
+    }
+
+    /// Shapes whose products pass i64 (a review's cases): each is refused by name, and no
+    /// helper on the way panics or wraps, in debug builds too.
+    #[test]
+    fn products_past_i64_are_refused_not_wrapped() {
+        // Every dimension in range, strides 0 (so every extent is one row), but rows x heads x
+        // dv x 256 splits x 4 bytes is 2^71: the workspace size and split stride would wrap.
+        let mut p = Problem::new(DType::Bf16, 255, (1 << 30) - 1, 16, 65535, 65535, 256, 256);
+        p.num_splits = 256;
+        for s in [
+            &mut p.q_strides,
+            &mut p.k_strides,
+            &mut p.v_strides,
+            &mut p.o_strides,
+        ] {
+            *s = Strides {
+                batch: 0,
+                row: 0,
+                head: 0,
+            };
+        }
+        match p.validate() {
+            Err(Error::Invalid { field, .. }) => assert_eq!(field, "heads"),
+            other => panic!("{other:?}"),
+        }
+        // A page-table stride of 2^62.4 made (B - 1) * stride + pages wrap to 3 entries.
+        let mut p = Problem::new(DType::Bf16, 4, 1, 16, 8, 8, 128, 128);
+        p.paged = Some(Paged {
+            page_size: 16,
+            num_pages: 4,
+            pages_per_seq: 1,
+            page_table_stride: 6148914691236517206,
+        });
+        match p.validate() {
+            Err(Error::Invalid { field, .. }) => assert_eq!(field, "page_table_stride"),
+            other => panic!("{other:?}"),
+        }
+        // Unvalidated helpers saturate: extents refuse what they cannot hold.
+        let huge = Strides::contiguous(1 << 40, 1 << 20, 1 << 10);
+        assert_eq!(huge.batch, i64::MAX);
+        assert_eq!(huge.extent(2, 1, 1, 8), None);
+        let edge = Strides {
+            batch: i64::MAX - 7,
+            row: 8,
+            head: 8,
+        };
+        assert_eq!(edge.extent(2, 1, 1, 8), None);
+        let mut p = Problem::new(DType::Bf16, 65535, (1 << 30) - 1, 16, 4194240, 1, 8, 8);
+        assert!(p.extents().is_err() || p.validate().is_err());
+        p.heads = 8;
+        assert!(p.validate().is_err());
+        assert_eq!(
+            resolve_mask(false, (Some(i64::MAX), Some(1))),
+            (Mask::Local, Some(i64::MAX), Some(1))
+        );
     }
 }
