@@ -5,7 +5,9 @@
 # .cuobjdump, ignored). Prints, per function of each module (the forward, a varlen module's
 # _schedule, a split module's combines): registers, stack, shared memory, its HGMMA / UTMALDG /
 # LDL / STL counts, and the SASS lines of its LDL/STL against its last HGMMA (a spill after the
-# last HGMMA is outside the main loop). SASS=1 keeps the whole listing in /tmp/<stem>.sass.
+# last HGMMA is outside the main loop), and the main loop's size and encoded stall cycles
+# (scripts/sass_loops.py, which reads any loop's control codes). SASS=1 keeps the whole listing
+# in /tmp/<stem>.sass.
 #   scripts/sass-local.sh <stem> [stem ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,5 +34,7 @@ for stem in "$@"; do
        /Function :/ { seen[f] = 1 }
        END { for (f in seen) printf "  %s: HGMMA %d UTMALDG %d LDL %d STL %d, last HGMMA at line %d, LDL/STL at%s\n",
                                   f, h[f], t[f], l[f], s[f], last[f], at[f] ? at[f] : " none" }' "$sass"
+  # The first HGMMA loop (the main loop): its size and ptxas's stall counts (scripts/sass_loops.py).
+  { python3 scripts/sass_loops.py "$sass" 2>/dev/null || true; } | head -1 | sed 's/^loop 0/  main loop/'
   [ "${SASS:-0}" = 1 ] || rm -f "$sass"
 done
