@@ -277,8 +277,16 @@ impl Nvrtc {
 }
 
 /// `python3 -m pip install --target` the pinned wheel, into a temporary sibling folder renamed
-/// into place, so concurrent first uses (parallel tests, two terminals) never see half a tree.
+/// into place, so concurrent first uses (two terminals) never see half a tree. Within a process
+/// (parallel tests are threads of one) installs take turns, and a turn finding the wheel in
+/// place is done: the temporary folder is named by the process, and two threads sharing it
+/// removed each other's files (a clean clone's CI failed `renaming into place`).
 fn install_wheel(install_dir: &Path) -> Result<(), NvrtcError> {
+    static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = TURN.lock().unwrap_or_else(|p| p.into_inner());
+    if install_dir.join(WHEEL_LIB_DIR).join(LIB_NAME).is_file() {
+        return Ok(());
+    }
     let parent = install_dir.parent().unwrap_or(Path::new("."));
     let tmp = parent.join(format!(
         ".{}.tmp{}",
