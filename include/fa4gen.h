@@ -70,7 +70,7 @@ typedef struct fa4gen_problem {
   int64_t total_q, total_k;            /* -1: batched; >= 0: packed rows with cu_seqlens_q / _k */
   int32_t has_seqused_q, has_seqused_k;/* 0 or 1 */
   int64_t page_size;                   /* 0: not paged */
-  int64_t num_pages, pages_per_seq, page_table_stride; /* paged; stride <= 0: pages_per_seq */
+  int64_t num_pages, pages_per_seq, page_table_stride; /* paged; stride <= 0: pages_per_seq; at most 2^31 - 1 */
   int32_t tile_m, tile_n;              /* FA4's tile_mn override for tuning; 0, 0: the tile table */
 } fa4gen_problem;
 
