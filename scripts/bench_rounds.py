@@ -7,8 +7,13 @@ bench_sdpa) meets another clock; pairing each round's numbers takes that drift o
 ratio. With --smi FILE, nvidia-smi samples SM clock, power and temperature every 100 ms into FILE
 and each round's line carries the wall times to match them.
 
+With FA4_PEER=1, FA4 itself (flash_attn.cute's flash_attn_func, installed on the GPU host by
+scripts/fa4-peer.sh) joins each round, each call a CUDA graph replay as in the anchors' protocol
+(an eager call costs ~0.2 ms of Python, more than a short cell's kernel); its output is checked
+against cuDNN's once per shape, and the summary carries fa4gen/FA4 and FA4/cuDNN, paired.
+
 usage: FA4GEN_LIB=... FA4GEN_KERNELS=... bench_rounds.py [--smi FILE] [d,s,causal ...]
-       (default: the issue-4 matrix); ROUNDS (default 3), WARM_S, WINDOW_S.
+       (default: the issue-4 matrix); ROUNDS (default 3), WARM_S, WINDOW_S, FA4_PEER.
 Prints one JSON line per round and per shape (medians over rounds, paired ratio)."""
 import json
 import os
@@ -48,12 +53,31 @@ def timed(fn, sets, warm_s, window_s):
     return ts[len(ts) // 2], t_measure, time.time()
 
 
+def fa4_graphs(fa4_func, sets, causal):
+    """One CUDA graph per input copy around FA4's call. The first call, outside capture, compiles
+    the kernel (FA4 JITs at first use) and is returned for the output check."""
+    first = fa4_func(*sets[0], causal=causal)
+    first = first[0] if isinstance(first, tuple) else first
+    graphs = []
+    for qkv in sets:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fa4_func(*qkv, causal=causal)
+        graphs.append((g,))
+    return first, graphs
+
+
 def main():
     # fa4gen's drop-in is imported here, not at the top: bench_sdpa.py imports this module for
     # `timed` alone.
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "python"))
     import fa4gen
 
+    fa4_func = None
+    if os.environ.get("FA4_PEER") == "1":
+        t0 = time.time()
+        from flash_attn.cute import flash_attn_func as fa4_func
+        print(json.dumps({"fa4_import_s": round(time.time() - t0, 2)}), flush=True)
     args = sys.argv[1:]
     smi = None
     if args[:1] == ["--smi"]:
@@ -89,6 +113,19 @@ def main():
                         with sdpa_kernel([be]):
                             return F.scaled_dot_product_attention(q, k, v, is_causal=bool(c))
                     impls.append((name, theirs, run))
+                if fa4_func is not None:
+                    t0 = time.time()
+                    first, graphs = fa4_graphs(fa4_func, ours, bool(c))
+                    jit_s = round(time.time() - t0, 2)
+                    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                        ref = F.scaled_dot_product_attention(*theirs[0], is_causal=bool(c)).transpose(1, 2)
+                    err = (first.float() - ref.float()).abs().max().item()
+                    print(json.dumps({"d": d, "s": s, "causal": bool(c), "fa4_first_call_s": jit_s,
+                                      "fa4_vs_cudnn_max_abs": err}), flush=True)
+                    if not err < 0.05:  # bf16 outputs of two correct kernels differ by ~1e-2 at most
+                        raise SystemExit(f"FA4's output differs from cuDNN's by {err} at d {d} S {s} causal {c}")
+                    del first, ref
+                    impls.insert(1, ("fa4", graphs, lambda g: g.replay()))
                 per = {name: [] for name, _, _ in impls}
                 for r in range(rounds):
                     row = {"d": d, "s": s, "causal": bool(c), "round": r}
@@ -111,6 +148,10 @@ def main():
                     ratios = [x / y for x, y in zip(per["fa4gen"], per["cudnn"])]
                     summary["ratio_cudnn"] = round(statistics.median(ratios), 3)
                     summary["ratio_cudnn_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+                for peer in ("fa4",):
+                    if per.get(peer) and per["cudnn"]:
+                        summary[peer + "_ratio_cudnn"] = round(statistics.median(x / y for x, y in zip(per[peer], per["cudnn"])), 3)
+                        summary["ratio_" + peer] = round(statistics.median(x / y for x, y in zip(per["fa4gen"], per[peer])), 3)
                 summary["kernel"] = fa4gen.kernel_name(*ours[0], causal=bool(c)) if hasattr(fa4gen, "kernel_name") else None
                 print(json.dumps(summary), flush=True)
                 del ours, theirs  # (out is replaced by the next shape's)

@@ -117,18 +117,26 @@ def clock(windows):  # mean SM clock over the samples inside the timed windows
     s = [c for t, c, _ in smi for a, b in windows if a <= t <= b]
     return round(statistics.mean(s)) if s else "-"
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-print("| d | S | causal | fa4gen (range) | MHz | cuDNN (range) | MHz | FA2 | fa4gen/cuDNN, paired (range) | kernel |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+fa4 = any("fa4" in r for r in rows)  # FA4 itself in the rounds (FA4_PEER=1)
+extra = " FA4 (range) | MHz | FA4/cuDNN | fa4gen/FA4 | target (FA4/cuDNN × 1.05) |" if fa4 else ""
+print("| d | S | causal | fa4gen (range) | MHz | cuDNN (range) | MHz | FA2 | fa4gen/cuDNN, paired (range) |" + extra + " kernel |")
+print("|---" * (10 + 5 * fa4) + "|")
 for r in rows:
     if "rounds" not in r or "env" in r:
         continue
     mine = [x for x in rows if "round" in x and (x["d"], x["s"], x["causal"]) == (r["d"], r["s"], r["causal"])]
-    mhz = {k: clock([x[k + "_t"] for x in mine if k + "_t" in x]) for k in ("fa4gen", "cudnn")}
+    mhz = {k: clock([x[k + "_t"] for x in mine if k + "_t" in x]) for k in ("fa4gen", "cudnn", "fa4")}
     rg = lambda k: f"{r[k]} ({r[k + '_range'][0]}-{r[k + '_range'][1]})" if k in r else "-"
     d = f"{r['d']}/{r['dv']}" if r["d"] != r["dv"] else r["d"]
     lo, hi = r.get("ratio_cudnn_range", ["-", "-"])
+    cells = ""
+    if fa4:
+        f = r.get("fa4_ratio_cudnn")
+        # The rule: 5% past FA4 from 4k keys, at least cuDNN below.
+        target = (round(f * 1.05, 3) if r["s"] >= 4096 else 1.0) if f else "-"
+        cells = f" {rg('fa4')} | {mhz['fa4']} | {f or '-'} | {r.get('ratio_fa4', '-')} | {target} |"
     print(f"| {d} | {r['s']} | {'yes' if r['causal'] else 'no'} | {rg('fa4gen')} | {mhz['fa4gen']} | {rg('cudnn')} | {mhz['cudnn']} | "
-          f"{r.get('fa2', '-')} | {r.get('ratio_cudnn', '-')} ({lo}-{hi}) | {r.get('kernel')} |")
+          f"{r.get('fa2', '-')} | {r.get('ratio_cudnn', '-')} ({lo}-{hi}) |{cells} {r.get('kernel')} |")
 PY
     ;;
   tiles)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# FA4 itself as a peer on the GPU host, which has PyTorch but neither FA4 nor a network.
+# The wheels (pinned below) are 100 MB, and a device call carries at most 64 MiB, so they travel
+# in two halves, on two calls to one warm machine:
+#   here:    scripts/fa4-peer.sh fetch     # wheels into .fa4whl/{a,b} (ignored), ~50 MB each
+#   device:  scripts/fa4-peer.sh put a     # carry [".fa4whl/a"]: kept in /tmp/fa4parts
+#   device:  scripts/fa4-peer.sh put b     # carry [".fa4whl/b"]: joined, unpacked into /tmp/fa4site
+#   device:  scripts/fa4-peer.sh check     # one FA4 call beside cuDNN
+#   device:  eval "$(scripts/fa4-peer.sh env)"; FA4_PEER=1 scripts/gpu-check.sh rounds
+# The wheels are unpacked, not pip-installed: pip would want the cu12 libraries the cutlass DSL's
+# metadata names (another 90 MB), and the DSL picks the cu13 flavour it finds (driver 580 = 13.0).
+set -euo pipefail
+FA4=flash-attn-4==4.0.0b36   # the version of shared/notes/h200-anchors.md
+DSL=4.8.1                    # nvidia-cutlass-dsl (FA4 asks >= 4.6.2)
+PARTS=/tmp/fa4parts
+SITE=/tmp/fa4site
+
+case ${1:-} in
+  fetch)
+    rm -rf .fa4whl && mkdir -p .fa4whl/all .fa4whl/a .fa4whl/b
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+      --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux2014_x86_64 -d .fa4whl/all "$FA4" "nvidia-cutlass-dsl==$DSL" \
+      "nvidia-cutlass-dsl-libs-base==$DSL" "nvidia-cutlass-dsl-libs-core==$DSL" "nvidia-cutlass-dsl-libs-cu13==$DSL" \
+      "apache-tvm-ffi==0.1.15.post2" "torch-c-dlpack-ext==0.1.5" "quack-kernels==0.6.5"
+    big=$(ls .fa4whl/all/nvidia_cutlass_dsl_libs_cu13-*.whl)
+    # The big wheel's first 46 MB go in a; its rest and every other wheel in b.
+    split -b 46M -d "$big" .fa4whl/part.
+    mv .fa4whl/part.00 .fa4whl/a/
+    mv .fa4whl/part.* .fa4whl/b/
+    find .fa4whl/all -name '*.whl' ! -name "$(basename "$big")" -exec mv {} .fa4whl/b/ \;
+    basename "$big" > .fa4whl/b/big-name
+    sha256sum "$big" | cut -d' ' -f1 > .fa4whl/b/big-sha256
+    rm -rf .fa4whl/all
+    du -sb .fa4whl/a .fa4whl/b
+    ;;
+  put)
+    mkdir -p "$PARTS"
+    cp ".fa4whl/$2"/* "$PARTS/"
+    if [ "$2" = b ]; then
+      big="$PARTS/$(cat "$PARTS/big-name")"
+      cat "$PARTS"/part.* > "$big"
+      echo "$(cat "$PARTS/big-sha256")  $big" | sha256sum -c -
+      rm -rf "$SITE" && mkdir -p "$SITE"
+      for w in "$PARTS"/*.whl; do python3 -m zipfile -e "$w" "$SITE"; done
+      du -sh "$SITE"
+    fi
+    ls -la "$PARTS"
+    ;;
+  check)
+    # One FA4 call (d 128, 4k keys, causal) against cuDNN, with its import and first-call times.
+    eval "$("$0" env)"
+    python3 - <<'PY'
+import time, torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+t0 = time.time(); from flash_attn.cute import flash_attn_func; t1 = time.time()
+q, k, v = (torch.randn(4, 4096, 16, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+out = flash_attn_func(q, k, v, causal=True); out = out[0] if isinstance(out, tuple) else out
+torch.cuda.synchronize(); t2 = time.time()
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
+print(f"FA4: import {t1 - t0:.2f} s, first call {t2 - t1:.2f} s, max |FA4 - cuDNN| {(out.float() - ref.float()).abs().max().item():.4f}")
+PY
+    ;;
+  env)
+    # (The DSL's .pth, which pip would have run, puts dsl_packages on the path.)
+    echo "export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages\${PYTHONPATH:+:\$PYTHONPATH}"
+    ;;
+  *)
+    sed -n '2,10p' "$0"; exit 2
+    ;;
+esac
