@@ -6,6 +6,7 @@
 #   device:  scripts/fa4-peer.sh put a     # carry [".fa4whl/a"]: kept in /tmp/fa4parts
 #   device:  scripts/fa4-peer.sh put b     # carry [".fa4whl/b"]: joined, unpacked into /tmp/fa4site
 #   device:  scripts/fa4-peer.sh check     # one FA4 call beside cuDNN
+#   device:  scripts/fa4-peer.sh sass [d,s,causal ...]   # FA4's kernels' SASS into $OUT
 #   device:  eval "$(scripts/fa4-peer.sh env)"; FA4_PEER=1 scripts/gpu-check.sh rounds
 # The wheels are unpacked, not pip-installed: pip would want the cu12 libraries the cutlass DSL's
 # metadata names (another 90 MB), and the DSL picks the cu13 flavour it finds (driver 580 = 13.0).
@@ -62,6 +63,32 @@ with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
     ref = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)), is_causal=True).transpose(1, 2)
 print(f"FA4: import {t1 - t0:.2f} s, first call {t2 - t1:.2f} s, max |FA4 - cuDNN| {(out.float() - ref.float()).abs().max().item():.4f}")
 PY
+    ;;
+  sass)
+    # FA4's own kernels' SASS for the shapes named ("d,s,causal"; default d 64 and d 256, 16k,
+    # full), into $OUT/fa4-<d>-<s>-<causal>.sass: the DSL keeps each cubin it builds.
+    eval "$("$0" env)"
+    shift
+    shapes=${*:-64,16384,0 256,16384,0}
+    for shape in $shapes; do
+      IFS=, read -r d s c <<< "$shape"
+      dump=$(mktemp -d)
+      CUTE_DSL_KEEP_CUBIN=1 CUTE_DSL_DUMP_DIR=$dump python3 - "$d" "$s" "$c" <<'PY'
+import sys, torch
+from flash_attn.cute import flash_attn_func
+d, s, c = (int(x) for x in sys.argv[1:])
+b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
+q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+v = torch.randn(b, s, h, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
+flash_attn_func(q, k, v, causal=bool(c)); torch.cuda.synchronize()
+PY
+      for f in $(find "$dump" -name '*.cubin'); do
+        cuobjdump --dump-resource-usage "$f" | grep -E "Function|REG" | head -4
+        cuobjdump --dump-sass "$f" > "${OUT:-/tmp}/fa4-$d-$s-$c.sass"
+      done
+      rm -rf "$dump"
+    done
+    ls -la "${OUT:-/tmp}"/fa4-*.sass
     ;;
   env)
     # (The DSL's .pth, which pip would have run, puts dsl_packages on the path.)

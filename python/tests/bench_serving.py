@@ -36,6 +36,10 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              (chunked and short prefill, decode) and flash_attn_combine alone
   dense-tiles  (only when named) dense d64/d128 shapes on the flagship's other tiles
 
+With FA4_PEER=1 (FA4 unpacked on the GPU host by scripts/fa4-peer.sh), FA4 itself runs the same
+calls as fa4gen in the gpt-oss, window, varlen, paged, decode and chunked sections: the same
+argument names, graph-timed the same way, its output checked against fa4gen's once per call.
+
 usage: bench_serving.py [section ...]   (FA4GEN_LIB / FA4GEN_KERNELS / FA4GEN_JIT as usual)"""
 import json
 import math
@@ -122,6 +126,33 @@ def sdpa_ms(backend, qs, ks, vs, **kw):
 
 PEERS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION))
 
+FA4 = None
+if os.environ.get("FA4_PEER") == "1":
+    import flash_attn.cute as FA4  # noqa: N812
+
+
+def fa4_ms(name, ours, *args, n=1, **kw):
+    """FA4's `name` (flash_attn_func or flash_attn_varlen_func) on fa4gen's arguments, args[i]
+    the i-th input copy: its graph time per call, or None without FA4, or its error string. Its
+    output must match fa4gen's (`ours`, the first copy's) within bf16 rounding, else the time
+    would compare two different computations."""
+    if FA4 is None:
+        return None
+    fn = getattr(FA4, name)
+    try:
+        got = fn(*args[0], **kw)
+        got = got[0] if isinstance(got, tuple) else got
+        err = (got.float() - ours.float()).abs().max().item()
+        if not err < 0.05:
+            return f"differs from fa4gen by {err:.3g}"
+        return graph_time_ms(lambda i: fn(*args[i], **kw), n)
+    except Exception as e:  # noqa: BLE001
+        return f"unsupported: {str(e).splitlines()[0][:160] if str(e) else type(e).__name__}"
+
+
+def rounded(ms, digits=4):
+    return ms if ms is None or isinstance(ms, str) else round(ms, digits)
+
 
 def flex_ms(qs, ks, vs, window=None):
     """FlexAttention (torch.compile'd, Triton) on (B, H, S, D) views: causal, or a causal window of
@@ -158,6 +189,13 @@ def gpt_oss():
         emit(bench="gpt-oss", layer=layer, impl="fa4gen", ms=round(ms, 4),
              tflops=round(4 * pairs * d / ms / 1e9, 1), kernel=fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True,
                                                                                   window_size=window))
+        ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, window_size=window, learnable_sink=sinks)[0]
+        fa4 = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=True, window_size=window,
+                     learnable_sink=sinks)
+        if fa4 is not None:
+            emit(bench="gpt-oss", layer=layer, impl="fa4", ms=rounded(fa4),
+                 tflops=None if isinstance(fa4, str) else round(4 * pairs * d / fa4 / 1e9, 1),
+                 fa4gen_over_fa4=None if isinstance(fa4, str) else round(fa4 / ms, 3))
     for layer, window, pairs in (("full (no sinks)", None, full_pairs), ("sliding (no sinks)", 128, win_pairs)):
         ms = flex_ms(qs, ks, vs, window)
         emit(bench="gpt-oss", layer=layer, impl="flex-attention", ms=ms if isinstance(ms, str) else round(ms, 4),
@@ -203,6 +241,15 @@ def window():
         emit(bench="window128-S16k", tile=tile, ms_window=round(t_win, 4), ms_unmasked=round(t_full, 4),
              visited_fraction=round(work, 5), ratio_to_visited_work=round(t_win / (t_full * work), 3),
              kernel=stem, target="<= 1.2")
+    # FA4 on the same window and unmasked call: its own ratio, beside ours.
+    ours = fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0))[0]
+    fa4_win = fa4_ms("flash_attn_func", ours, (q, k, v), causal=True, window_size=(w - 1, 0))
+    if fa4_win is not None:
+        fa4_full = fa4_ms("flash_attn_func", fa4gen.flash_attn_func(q, k, v)[0], (q, k, v))
+        ours_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0)), 1)
+        emit(bench="window128-S16k", impl="fa4", ms_window=rounded(fa4_win), ms_unmasked=rounded(fa4_full),
+             fa4gen_ms_window=round(ours_win, 4), fa4gen_ms_unmasked=round(t_full, 4),
+             fa4gen_over_fa4_window=None if isinstance(fa4_win, str) else round(fa4_win / ours_win, 3))
     # The same window through FlexAttention, the peer that skips the hidden blocks too.
     ms = flex_ms([q], [k], [v], w)
     emit(bench="window128-S16k", impl="flex-attention", ms=ms if isinstance(ms, str) else round(ms, 4))
@@ -230,6 +277,12 @@ def varlen():
     for name, backend in PEERS:
         ms = sdpa_ms(backend, [qp], [kr], [vr], is_causal=True)
         row[f"sdpa_{name}_padded_ms"] = ms if isinstance(ms, str) else round(ms, 4)
+    if FA4 is not None:
+        kw = dict(cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=mx, max_seqlen_k=mx, causal=True)
+        ours = fa4gen.flash_attn_varlen_func(q, k, v, **kw)[0]
+        row["fa4_varlen_ms"] = rounded(fa4_ms("flash_attn_varlen_func", ours, (q, k, v), **kw))
+        ours = fa4gen.flash_attn_func(qp, kp, vp, causal=True)[0]
+        row["fa4_padded_ms"] = rounded(fa4_ms("flash_attn_func", ours, (qp, kp, vp), causal=True))
     emit(**row)
 
 
@@ -245,6 +298,9 @@ def paged(rounds=5):
              "contiguous_tile128x128": lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, tile_mn=(128, 128))}
     row = dict(bench="paged-prefill B8 Sq1024 Sk4096 d128 H32/8", rounds=rounds,
                contiguous_kernel=fa4gen.kernel_name(q, k, v, causal=True))
+    if FA4 is not None:
+        row["fa4_contiguous_ms"] = rounded(fa4_ms("flash_attn_func", fa4gen.flash_attn_func(q, k, v, causal=True)[0],
+                                                  (q, k, v), causal=True))
     keep = []
     for page in (128, 16):
         pps = sk // page
@@ -258,6 +314,10 @@ def paged(rounds=5):
         def call(tile, kpg=kpg, vpg=vpg, perm=perm):
             return lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True, tile_mn=tile)
         calls[f"page{page}"] = call(None)
+        if FA4 is not None:  # (FA4 times once, outside the rounds: a peer's figure, not an A/B)
+            ours = fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True)[0]
+            row[f"fa4_page{page}_ms"] = rounded(fa4_ms("flash_attn_varlen_func", ours, (q, kpg, vpg),
+                                                       page_table=perm, causal=True))
         for tile in ((128, 128), (128, 160)):  # the tile sweep for paged K/V
             calls[f"page{page}_tile{tile[0]}x{tile[1]}"] = call(tile)
         # Bit-equality against contiguous K/V on the paged kernel's tile (the sm90 flagship
@@ -300,6 +360,10 @@ def decode():
             for name, backend in PEERS + (("efficient", SDPBackend.EFFICIENT_ATTENTION),):
                 ms = sdpa_ms(backend, qs, ks, vs, enable_gqa=True)
                 row[f"sdpa_{name}_GBs"] = ms if isinstance(ms, str) else gbs(ms)
+            if FA4 is not None:  # FA4's split heuristic (num_splits=0), as fa4gen's split column
+                ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, num_splits=0)[0]
+                ms = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=True, num_splits=0)
+                row["fa4_split_GBs"] = ms if isinstance(ms, str) else gbs(ms)
             # Paged (page 128), same keys.
             pps = sk // 128
             perm = torch.randperm(b * pps, device=DEV).to(torch.int32).view(b, pps)
@@ -507,6 +571,10 @@ def chunked():
                 row[f"tflops_{key}{suffix}"] = round(flop / ms / 1e9, 1)
         row["kernel_default"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal)
         row["kernel_heuristic"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=causal, num_splits=0)
+        for splits, key in ((1, "splits1"), (0, "heuristic")) if FA4 is not None else ():
+            ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=causal, num_splits=splits)[0]
+            ms = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=causal, num_splits=splits)
+            row[f"fa4_ms_{key}"] = rounded(ms)
         if not causal:
             kr = [k.repeat_interleave(h // hkv, dim=2) for k in ks]
             vr = [v.repeat_interleave(h // hkv, dim=2) for v in vs]
