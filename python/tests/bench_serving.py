@@ -357,13 +357,15 @@ def decode():
                 ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True,
                                                                     num_splits=splits), n)
                 row[f"fa4gen_{label}_us"], row[f"fa4gen_{label}_GBs"] = round(ms * 1e3, 1), gbs(ms)
+            row["fa4gen_unsplit_kernel"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, num_splits=1)
             for name, backend in PEERS + (("efficient", SDPBackend.EFFICIENT_ATTENTION),):
                 ms = sdpa_ms(backend, qs, ks, vs, enable_gqa=True)
                 row[f"sdpa_{name}_GBs"] = ms if isinstance(ms, str) else gbs(ms)
-            if FA4 is not None:  # FA4's split heuristic (num_splits=0), as fa4gen's split column
-                ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, num_splits=0)[0]
-                ms = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=True, num_splits=0)
-                row["fa4_split_GBs"] = ms if isinstance(ms, str) else gbs(ms)
+            # FA4's split heuristic (num_splits=0) and one split, as fa4gen's two columns.
+            for label, splits in (("split", 0), ("unsplit", 1)) if FA4 is not None else ():
+                ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, num_splits=splits)[0]
+                ms = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=True, num_splits=splits)
+                row[f"fa4_{label}_GBs"] = ms if isinstance(ms, str) else gbs(ms)
             # Paged (page 128), same keys.
             pps = sk // 128
             perm = torch.randperm(b * pps, device=DEV).to(torch.int32).view(b, pps)
