@@ -11,6 +11,8 @@
 # The wheels are unpacked, not pip-installed: pip would want the cu12 libraries the cutlass DSL's
 # metadata names (another 90 MB), and the DSL picks the cu13 flavour it finds (driver 580 = 13.0).
 set -euo pipefail
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$SELF")/.."
 FA4=flash-attn-4==4.0.0b36   # the version of shared/notes/h200-anchors.md
 DSL=4.8.1                    # nvidia-cutlass-dsl (FA4 asks >= 4.6.2)
 PARTS=/tmp/fa4parts
@@ -36,6 +38,7 @@ case ${1:-} in
     du -sb .fa4whl/a .fa4whl/b
     ;;
   put)
+    [ "${2:-}" = a ] || [ "${2:-}" = b ] || { echo "usage: $0 put a|b" >&2; exit 2; }
     mkdir -p "$PARTS"
     cp ".fa4whl/$2"/* "$PARTS/"
     if [ "$2" = b ]; then
@@ -50,7 +53,7 @@ case ${1:-} in
     ;;
   check)
     # One FA4 call (d 128, 4k keys, causal) against cuDNN, with its import and first-call times.
-    eval "$("$0" env)"
+    eval "$("$SELF" env)"
     python3 - <<'PY'
 import time, torch
 import torch.nn.functional as F
@@ -67,7 +70,7 @@ PY
   sass)
     # FA4's own kernels' SASS for the shapes named ("d,s,causal"; default d 64 and d 256, 16k,
     # full), into $OUT/fa4-<d>-<s>-<causal>.sass: the DSL keeps each cubin it builds.
-    eval "$("$0" env)"
+    eval "$("$SELF" env)"
     shift
     shapes=${*:-64,16384,0 256,16384,0}
     for shape in $shapes; do
@@ -95,6 +98,6 @@ PY
     echo "export PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages\${PYTHONPATH:+:\$PYTHONPATH}"
     ;;
   *)
-    sed -n '2,10p' "$0"; exit 2
+    sed -n '2,12p' "$SELF"; exit 2
     ;;
 esac
