@@ -189,10 +189,10 @@ def gpt_oss():
         emit(bench="gpt-oss", layer=layer, impl="fa4gen", ms=round(ms, 4),
              tflops=round(4 * pairs * d / ms / 1e9, 1), kernel=fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True,
                                                                                   window_size=window))
-        ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, window_size=window, learnable_sink=sinks)[0]
-        fa4 = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=True, window_size=window,
-                     learnable_sink=sinks)
-        if fa4 is not None:
+        if FA4 is not None:
+            ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, window_size=window, learnable_sink=sinks)[0]
+            fa4 = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=True, window_size=window,
+                         learnable_sink=sinks)
             emit(bench="gpt-oss", layer=layer, impl="fa4", ms=rounded(fa4),
                  tflops=None if isinstance(fa4, str) else round(4 * pairs * d / fa4 / 1e9, 1),
                  fa4gen_over_fa4=None if isinstance(fa4, str) else round(fa4 / ms, 3))
@@ -242,9 +242,9 @@ def window():
              visited_fraction=round(work, 5), ratio_to_visited_work=round(t_win / (t_full * work), 3),
              kernel=stem, target="<= 1.2")
     # FA4 on the same window and unmasked call: its own ratio, beside ours.
-    ours = fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0))[0]
-    fa4_win = fa4_ms("flash_attn_func", ours, (q, k, v), causal=True, window_size=(w - 1, 0))
-    if fa4_win is not None:
+    if FA4 is not None:
+        ours = fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0))[0]
+        fa4_win = fa4_ms("flash_attn_func", ours, (q, k, v), causal=True, window_size=(w - 1, 0))
         fa4_full = fa4_ms("flash_attn_func", fa4gen.flash_attn_func(q, k, v)[0], (q, k, v))
         ours_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0)), 1)
         emit(bench="window128-S16k", impl="fa4", ms_window=rounded(fa4_win), ms_unmasked=rounded(fa4_full),
