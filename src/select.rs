@@ -504,7 +504,6 @@ pub fn select_with(
             split: false,
         },
     };
-    let decode = prefer.decode && p.tile_mn.is_none() && rows <= crate::tiles::DECODE_ROWS;
     // The flagship serves prefill-shaped calls (dense, varlen, paged) whose tensors TMA can
     // describe. It packs GQA where its 64-row consumer tiles hold whole groups (G divides 64)
     // and packing is asked for, or by default where packing measured faster (H200, H64/Hkv8,
@@ -524,11 +523,40 @@ pub fn select_with(
             || crate::tiles::flagship_packs_any_length(d, dv)
             || p.seqlen_q <= crate::tiles::DECODE_ROWS);
     let flagship_rows = if flagship_packs { rows } else { p.seqlen_q };
-    let flagship = prefer.flagship
-        && flagship_rows > crate::tiles::DECODE_ROWS
+    let flagship_fits = prefer.flagship
         && p.seqlen_k > 0
         && (flagship_packs || p.pack_gqa != Some(true) || v.group == 1)
         && crate::runtime::tma::problem_fits(p);
+    // An unsplit decode step (num_splits = 1, FA4's default) over a long cache on at most one
+    // CTA per SM is bound by each CTA's own load rate: the decode tile keeps one K or V block
+    // in flight, the flagship's TMA ring several (its 64-row fill tile where it has one). H200,
+    // Sq 1, causal, GB/s of K + V, decode tile -> flagship (`bench_serving.py decode-unsplit`,
+    // forty-eighth session): d 128 H 32/8 B 1 248 -> 472 (4k) and 269 -> 525 (32k), B 8
+    // 1946 -> 3555 and 2060 -> 4008, B 16 (128 CTAs) 3521 -> 3833; pages of 16 139 -> 367 (B 1)
+    // and 1089 -> 2768 (B 8); d 64 H 64/8 B 1-16 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x.
+    // With more CTAs than SMs the decode tile's own CTAs fill the SMs (B 32: the flagship
+    // 0.91x). The first fallback (`Prefer::fill` off) gives a library without the flagship's
+    // kernel the decode tile back.
+    let unsplit_decode = flagship_fits
+        && prefer.fill
+        && p.tile_mn.is_none()
+        && v.num_splits == 1
+        && rows <= crate::tiles::DECODE_ROWS
+        && matches!(v.mask, Mask::None | Mask::Causal)
+        && (flagship_packs || v.group == 1)
+        && p.seqlen_k >= FILL_MIN_KEYS
+        && p.batch * p.heads_kv <= device.sm_count as usize
+        && SpecClass {
+            pack_gqa: flagship_packs,
+            ..class
+        }
+        .flagship()
+        .is_some();
+    let flagship = flagship_fits && (flagship_rows > crate::tiles::DECODE_ROWS || unsplit_decode);
+    let decode = prefer.decode
+        && p.tile_mn.is_none()
+        && rows <= crate::tiles::DECODE_ROWS
+        && !unsplit_decode;
     // What the flagship's tile is chosen for (`SpecClass::flagship_for_shape`).
     let dense = TileShape {
         group: if flagship_packs { v.group } else { 1 },

@@ -953,6 +953,86 @@ fn fill_serving_cases_select_the_fill_tile() {
     });
 }
 
+/// Unsplit decode steps (`num_splits = 1`, FA4's default) over caches of 4k keys or more on
+/// fewer CTAs than SMs, which selection gives the flagship (its TMA ring keeps several K/V
+/// blocks in flight per CTA; the decode tile one): every flagship head dim, one to four
+/// queries per sequence (and one of none), keys 4k..9k per sequence with one- and no-key
+/// sequences beside them, K batched (equal lengths, and per-sequence lengths through
+/// `seqused_k`), packed, or in shuffled pages of 16, 128 and 16 spaced; GQA 1, 4 and 8 packed,
+/// and 4 unpacked (the decode tile); causal and not, sinks, softcap, both dtypes. Pages of one
+/// key, which TMA cannot describe, keep the decode tile. The CPU test below checks each case's
+/// kernel.
+fn unsplit_decode_cases() -> Vec<Case> {
+    let layouts = [
+        (false, KLayout::Batched),
+        (true, KLayout::Packed),
+        (false, KLayout::Paged(16)),
+        (true, KLayout::Paged(128)),
+        (false, KLayout::PagedSpaced(16)),
+        (true, KLayout::Batched),
+        (false, KLayout::Paged(1)),
+    ];
+    let dims = [(128, 128), (64, 64), (256, 256), (96, 96), (192, 128)];
+    let mut cases = Vec::new();
+    for (i, (q_packed, k)) in layouts.into_iter().enumerate() {
+        for (j, hd) in dims.into_iter().enumerate() {
+            let n = i * dims.len() + j;
+            let sq = 1 + n % 4;
+            let seqs = if !q_packed && k == KLayout::Batched {
+                vec![(sq, 4096 + 61 * n); 3] // dense: equal lengths
+            } else {
+                vec![
+                    (sq, 4096 + 61 * n),
+                    (sq, 1),
+                    (sq, 9000 - 37 * n),
+                    (0, 5000),
+                    (sq, 0),
+                ]
+            };
+            let g = [1, 4, 8][n % 3];
+            let mut c = Case::flagship_layout(seqs, n, hd, g, (q_packed, k));
+            c.causal = n % 2 == 0;
+            c.sinks = n % 3 == 1;
+            c.softcap = if n % 5 == 2 { 30.0 } else { 0.0 };
+            if n % 7 == 3 && g > 1 {
+                c.pack_gqa = Some(false);
+            }
+            cases.push(c);
+        }
+    }
+    cases
+}
+
+#[test]
+fn unsplit_decode() {
+    run_all("unsplit_decode", &unsplit_decode_cases());
+}
+
+/// CPU: the unsplit decode cases run on the flagship, unsplit, except those the flagship cannot
+/// take (pages of one key; GQA unpacked), which keep the decode tile.
+#[test]
+fn unsplit_decode_cases_select_the_flagship() {
+    let mut rng = StdRng::seed_from_u64(0);
+    for c in &unsplit_decode_cases() {
+        let s = h200_selection(c, &mut rng);
+        let flagship =
+            c.k != KLayout::Paged(1) && (c.pack_gqa != Some(false) || c.heads == c.heads_kv);
+        let want = if flagship {
+            fa4gen::spec::Impl::Wgmma
+        } else {
+            fa4gen::spec::Impl::Portable
+        };
+        assert_eq!(
+            (s.spec.imp, s.num_splits),
+            (want, 1),
+            "{}: {}",
+            c.name(),
+            s.spec.stem()
+        );
+        assert!(!s.spec.feat.split, "{}", c.name());
+    }
+}
+
 /// Split-KV on the sm90 flagship (`Features::split` on `Impl::Wgmma`: shares of each tile's
 /// visited blocks, fp32 partials, the canonical combine module): every flagship head dim
 /// (64, 96, 128, 192/128, 256), unmasked and causal, splits 2, 3, 5 and 17 (shares past a
@@ -1417,7 +1497,8 @@ fn decode_key_split() {
 /// CPU: every key-split case selects the portable kernel on a 16-row tile (four warps along
 /// the keys). Unforced, the packed decode steps among them select it where a CTA sees at most
 /// `KEY_SPLIT_MAX_KEYS` keys (the window's, or the longest sequence's), and the 64-row tile
-/// where it sees more.
+/// where it sees more, except unsplit unwindowed steps over `FILL_MIN_KEYS` keys or more,
+/// which take the flagship.
 #[test]
 fn decode_key_split_cases_select_it() {
     let mut rng = StdRng::seed_from_u64(0);
@@ -1442,14 +1523,21 @@ fn decode_key_split_cases_select_it() {
                 ..c.clone()
             };
             let s = h200_selection(&free, &mut rng).spec;
-            let want = if keys <= fa4gen::tiles::KEY_SPLIT_MAX_KEYS {
+            // An unsplit step over a long cache goes to the flagship (`unsplit_decode_cases`).
+            let flagship = c.num_splits == 1
+                && c.window == (None, None)
+                && max_sk >= fa4gen::select::FILL_MIN_KEYS
+                && c.k != KLayout::Paged(1);
+            let want = if flagship {
+                (fa4gen::spec::Impl::Wgmma, s.tile_m)
+            } else if keys <= fa4gen::tiles::KEY_SPLIT_MAX_KEYS {
                 short += 1;
-                16
+                (fa4gen::spec::Impl::Portable, 16)
             } else {
                 long += 1;
-                64
+                (fa4gen::spec::Impl::Portable, 64)
             };
-            if s.tile_m != want {
+            if (s.imp, s.tile_m) != want {
                 wrong.push(format!(
                     "unforced {} ({keys} keys) -> {}",
                     free.name(),
