@@ -527,16 +527,18 @@ pub fn select_with(
         && p.seqlen_k > 0
         && (flagship_packs || p.pack_gqa != Some(true) || v.group == 1)
         && crate::runtime::tma::problem_fits(p);
-    // An unsplit decode step (num_splits = 1, FA4's default) over a long cache on at most one
-    // CTA per SM is bound by each CTA's own load rate: the decode tile keeps one K or V block
-    // in flight, the flagship's TMA ring several (its 64-row fill tile where it has one). H200,
-    // Sq 1, causal, GB/s of K + V, decode tile -> flagship (`bench_serving.py decode-unsplit`,
-    // forty-eighth session): d 128 H 32/8 B 1 248 -> 472 (4k) and 269 -> 525 (32k), B 8
-    // 1946 -> 3555 and 2060 -> 4008, B 16 (128 CTAs) 3521 -> 3833; pages of 16 139 -> 367 (B 1)
-    // and 1089 -> 2768 (B 8); d 64 H 64/8 B 1-16 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x.
-    // With more CTAs than SMs the decode tile's own CTAs fill the SMs (B 32: the flagship
-    // 0.91x). The first fallback (`Prefer::fill` off) gives a library without the flagship's
-    // kernel the decode tile back.
+    // An unsplit decode step (num_splits = 1, FA4's default) past the key-split tile's keys on
+    // at most one CTA per SM is bound by each CTA's own load rate: the decode tile keeps one K
+    // or V block in flight, the flagship's TMA ring several (on its 64-row fill tile where it
+    // has one, whatever the keys). H200, Sq 1, causal, GB/s of K + V, decode tile -> flagship
+    // (`bench_serving.py decode-unsplit`, forty-eighth session): d 128 H 32/8 B 1 248 -> 472
+    // (4k) and 269 -> 525 (32k), B 8 1946 -> 3555 and 2060 -> 4008, B 16 (128 CTAs) 3521 ->
+    // 3833; pages of 16 139 -> 367 (B 1) and 1089 -> 2768 (B 8); d 64 H 64/8 B 1-16
+    // 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x; at 511 keys 1.00-1.59x, at 1k 1.08-1.99x.
+    // At 128 and 256 keys the 16-row key-split tile is faster (d 128 B 8: 922 against 749 and
+    // 1244 against 1165), and with more CTAs than SMs the decode tile's own CTAs fill the SMs
+    // (B 32: the flagship 0.91x). The first fallback (`Prefer::fill` off) gives a library
+    // without the flagship's kernel the decode tile back.
     let unsplit_decode = flagship_fits
         && prefer.fill
         && p.tile_mn.is_none()
@@ -544,7 +546,7 @@ pub fn select_with(
         && rows <= crate::tiles::DECODE_ROWS
         && matches!(v.mask, Mask::None | Mask::Causal)
         && (flagship_packs || v.group == 1)
-        && p.seqlen_k >= FILL_MIN_KEYS
+        && p.seqlen_k > crate::tiles::KEY_SPLIT_MAX_KEYS
         && p.batch * p.heads_kv <= device.sm_count as usize
         && SpecClass {
             pack_gqa: flagship_packs,
@@ -770,12 +772,15 @@ pub fn select_with(
     // are surely few. Unsplit calls only: the default num_splits=1, and the heuristic's where
     // it leaves the call unsplit (in a library without the flagship's split, where 128-row
     // tiles fill FLAGSHIP_SPLIT_FILL of the SMs).
+    // An unsplit decode step (`unsplit_decode`) takes it at any length: its few rows make
+    // the 64-row tile the cheaper.
     let fill = (num_splits == 1
         && prefer.fill
         && p.tile_mn.is_none()
         && spec.imp == crate::spec::Impl::Wgmma
         && spec.tile_m == 128
-        && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
+        && p.fill_tile
+            .unwrap_or(p.seqlen_k >= FILL_MIN_KEYS || unsplit_decode)
         && 2 * flagship_tiles <= device.sm_count as usize)
         .then(|| {
             SpecClass {
@@ -1080,10 +1085,21 @@ mod tests {
         );
         sw.heads = 8;
         assert_eq!(sel(&sw, &H200).spec.tile_n, 128);
-        // A decode-shaped call (at most 64 packed rows) takes the decode tile.
-        let d = Problem::new(DType::Bf16, 2, 8, 1000, 64, 8, 64, 64);
+        // A decode-shaped call (at most 64 packed rows) takes the decode tile with the split
+        // heuristic, and unsplit over at most the key-split tile's keys; unsplit over more, on
+        // at most one CTA per SM, the packed flagship (`unsplit_decode`).
+        let mut d = Problem::new(DType::Bf16, 2, 8, 1000, 64, 8, 64, 64);
+        let s = sel(&d, &H200);
+        assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
+        d.num_splits = 0;
         let s = sel(&d, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Portable, true));
+        d.num_splits = 1;
+        d.seqlen_k = crate::tiles::KEY_SPLIT_MAX_KEYS;
+        assert_eq!(sel(&d, &H200).spec.imp, Impl::Portable);
+        d.seqlen_k = 1000;
+        d.batch = 132; // 132 x 8 CTAs
+        assert_eq!(sel(&d, &H200).spec.imp, Impl::Portable);
         // 9 queries x a group of 8 packs to 72 rows: the packed flagship (unpacked, it would
         // run 9 valid rows per tile).
         let d = Problem::new(DType::Bf16, 2, 9, 1000, 64, 8, 64, 64);

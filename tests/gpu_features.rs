@@ -953,11 +953,11 @@ fn fill_serving_cases_select_the_fill_tile() {
     });
 }
 
-/// Unsplit decode steps (`num_splits = 1`, FA4's default) over caches of 4k keys or more on
-/// fewer CTAs than SMs, which selection gives the flagship (its TMA ring keeps several K/V
-/// blocks in flight per CTA; the decode tile one): every flagship head dim, one to four
-/// queries per sequence (and one of none), keys 4k..9k per sequence with one- and no-key
-/// sequences beside them, K batched (equal lengths, and per-sequence lengths through
+/// Unsplit decode steps (`num_splits = 1`, FA4's default) over caches past the key-split
+/// tile's 256 keys on fewer CTAs than SMs, which selection gives the flagship (its TMA ring
+/// keeps several K/V blocks in flight per CTA; the decode tile one): every flagship head dim,
+/// one to four queries per sequence (and one of none), longest sequences of 354 to 7k keys
+/// with one- and no-key sequences beside them, K batched (equal lengths, and per-sequence lengths through
 /// `seqused_k`), packed, or in shuffled pages of 16, 128 and 16 spaced; GQA 1, 4 and 8 packed,
 /// and 4 unpacked (the decode tile); causal and not, sinks, softcap, both dtypes. Pages of one
 /// key, which TMA cannot describe, keep the decode tile. The CPU test below checks each case's
@@ -978,16 +978,16 @@ fn unsplit_decode_cases() -> Vec<Case> {
         for (j, hd) in dims.into_iter().enumerate() {
             let n = i * dims.len() + j;
             let sq = 1 + n % 4;
-            let seqs = if !q_packed && k == KLayout::Batched {
-                vec![(sq, 4096 + 61 * n); 3] // dense: equal lengths
+            // Long caches, and short ones past the key-split tile's keys (the fill tile too).
+            let long = if n % 2 == 1 {
+                257 + 97 * n
             } else {
-                vec![
-                    (sq, 4096 + 61 * n),
-                    (sq, 1),
-                    (sq, 9000 - 37 * n),
-                    (0, 5000),
-                    (sq, 0),
-                ]
+                4096 + 61 * n
+            };
+            let seqs = if !q_packed && k == KLayout::Batched {
+                vec![(sq, long); 3] // dense: equal lengths
+            } else {
+                vec![(sq, long), (sq, 1), (sq, long / 2 + 3), (0, 300), (sq, 0)]
             };
             let g = [1, 4, 8][n % 3];
             let mut c = Case::flagship_layout(seqs, n, hd, g, (q_packed, k));
@@ -1497,8 +1497,8 @@ fn decode_key_split() {
 /// CPU: every key-split case selects the portable kernel on a 16-row tile (four warps along
 /// the keys). Unforced, the packed decode steps among them select it where a CTA sees at most
 /// `KEY_SPLIT_MAX_KEYS` keys (the window's, or the longest sequence's), and the 64-row tile
-/// where it sees more, except unsplit unwindowed steps over `FILL_MIN_KEYS` keys or more,
-/// which take the flagship.
+/// where it sees more, except unsplit unwindowed steps over more keys than the 16-row tile
+/// serves, which take the flagship.
 #[test]
 fn decode_key_split_cases_select_it() {
     let mut rng = StdRng::seed_from_u64(0);
@@ -1523,10 +1523,12 @@ fn decode_key_split_cases_select_it() {
                 ..c.clone()
             };
             let s = h200_selection(&free, &mut rng).spec;
-            // An unsplit step over a long cache goes to the flagship (`unsplit_decode_cases`).
+            // An unsplit step over a long cache goes to the flagship (`unsplit_decode_cases`),
+            // which has no d 40.
             let flagship = c.num_splits == 1
+                && c.d != 40
                 && c.window == (None, None)
-                && max_sk >= fa4gen::select::FILL_MIN_KEYS
+                && max_sk > fa4gen::tiles::KEY_SPLIT_MAX_KEYS
                 && c.k != KLayout::Paged(1);
             let want = if flagship {
                 (fa4gen::spec::Impl::Wgmma, s.tile_m)
