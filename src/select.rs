@@ -527,38 +527,6 @@ pub fn select_with(
         && p.seqlen_k > 0
         && (flagship_packs || p.pack_gqa != Some(true) || v.group == 1)
         && crate::runtime::tma::problem_fits(p);
-    // An unsplit decode step (num_splits = 1, FA4's default) past the key-split tile's keys on
-    // at most one CTA per SM is bound by each CTA's own load rate: the decode tile keeps one K
-    // or V block in flight, the flagship's TMA ring several (on its 64-row fill tile where it
-    // has one, whatever the keys). H200, Sq 1, causal, GB/s of K + V, decode tile -> flagship
-    // (`bench_serving.py decode-unsplit`, forty-eighth session): d 128 H 32/8 B 1 248 -> 472
-    // (4k) and 269 -> 525 (32k), B 8 1946 -> 3555 and 2060 -> 4008, B 16 (128 CTAs) 3521 ->
-    // 3833; pages of 16 139 -> 367 (B 1) and 1089 -> 2768 (B 8); d 64 H 64/8 B 1-16
-    // 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x; at 511 keys 1.00-1.59x, at 1k 1.08-1.99x.
-    // At 128 and 256 keys the 16-row key-split tile is faster (d 128 B 8: 922 against 749 and
-    // 1244 against 1165), and with more CTAs than SMs the decode tile's own CTAs fill the SMs
-    // (B 32: the flagship 0.91x). The first fallback (`Prefer::fill` off) gives a library
-    // without the flagship's kernel the decode tile back.
-    let unsplit_decode = flagship_fits
-        && prefer.fill
-        && p.tile_mn.is_none()
-        && v.num_splits == 1
-        && rows <= crate::tiles::DECODE_ROWS
-        && matches!(v.mask, Mask::None | Mask::Causal)
-        && (flagship_packs || v.group == 1)
-        && p.seqlen_k > crate::tiles::KEY_SPLIT_MAX_KEYS
-        && p.batch * p.heads_kv <= device.sm_count as usize
-        && SpecClass {
-            pack_gqa: flagship_packs,
-            ..class
-        }
-        .flagship()
-        .is_some();
-    let flagship = flagship_fits && (flagship_rows > crate::tiles::DECODE_ROWS || unsplit_decode);
-    let decode = prefer.decode
-        && p.tile_mn.is_none()
-        && rows <= crate::tiles::DECODE_ROWS
-        && !unsplit_decode;
     // What the flagship's tile is chosen for (`SpecClass::flagship_for_shape`).
     let dense = TileShape {
         group: if flagship_packs { v.group } else { 1 },
@@ -586,34 +554,66 @@ pub fn select_with(
         ),
         _ => p.seqlen_k,
     };
+    // The flagship's kernel for a class (packed as the flagship packs), or None where it has no
+    // tile for the call.
+    let flagship_tile = |class: SpecClass| -> Option<KernelSpec> {
+        let fclass = SpecClass {
+            pack_gqa: flagship_packs,
+            ..class
+        };
+        match p.tile_mn {
+            Some((m, n)) => Some(KernelSpec {
+                imp: crate::spec::Impl::Wgmma,
+                ..fclass.on_tile(m, n)
+            })
+            .filter(|s| {
+                s.can_implement().is_ok()
+                    && p.paged
+                        .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
+            }),
+            None => match p.paged {
+                Some(pg) if prefer.by_shape => fclass.flagship_for_paged_shape(pg.page_size, shape),
+                Some(pg) => fclass.flagship_for_pages(pg.page_size),
+                None if prefer.by_shape => fclass.flagship_for_shape(shape),
+                None => fclass.flagship(),
+            },
+        }
+    };
+    // An unsplit decode step (num_splits = 1, FA4's default) past the key-split tile's keys on
+    // at most one CTA per SM is bound by each CTA's own load rate: the decode tile keeps one K
+    // or V block in flight, the flagship's TMA ring several (on its 64-row fill tile where it
+    // has one and the tiles fit one round, at any length). H200, Sq 1, causal, GB/s of K + V,
+    // decode tile -> flagship (`bench_serving.py decode-unsplit`, forty-eighth session):
+    // d 128 H 32/8 B 1 248 -> 472 (4k) and 269 -> 525 (32k), B 8 1946 -> 3555 and 2060 ->
+    // 4008, B 16 (128 CTAs) 3521 -> 3833; pages of 16 139 -> 367 (B 1) and 1089 -> 2768 (B 8);
+    // d 64 H 64/8 B 1-16 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x; at 511 keys 0.99-1.59x,
+    // at 1k 1.08-1.99x. At 128 and 256 keys the 16-row key-split tile is faster at d 64 and
+    // 128 (d 128 B 8: 922 against 749 and 1244 against 1165; at d 256 the flagship led by
+    // 1.12-1.15x), and with more CTAs than SMs the decode tile's own CTAs fill the SMs (B 32:
+    // the flagship 0.91x). Where the flagship has no tile for the call (pages TMA cannot load
+    // at these head dims) the decode tile stays; the first fallback (`Prefer::fill` off) gives
+    // a library without the flagship's kernel the decode tile back.
+    let unsplit_decode = flagship_fits
+        && prefer.fill
+        && p.tile_mn.is_none()
+        && v.num_splits == 1
+        && rows <= crate::tiles::DECODE_ROWS
+        && matches!(v.mask, Mask::None | Mask::Causal)
+        && (flagship_packs || v.group == 1)
+        && p.seqlen_k > crate::tiles::KEY_SPLIT_MAX_KEYS
+        && p.batch * p.heads_kv <= device.sm_count as usize
+        && flagship_tile(class).is_some();
+    let flagship = flagship_fits && (flagship_rows > crate::tiles::DECODE_ROWS || unsplit_decode);
+    let decode = prefer.decode
+        && p.tile_mn.is_none()
+        && rows <= crate::tiles::DECODE_ROWS
+        && !unsplit_decode;
     let pick = |class: SpecClass| -> Result<KernelSpec, Error> {
         if decode && let Some(s) = class.decode(rows, decode_keys) {
             return Ok(s);
         }
         if flagship {
-            let fclass = SpecClass {
-                pack_gqa: flagship_packs,
-                ..class
-            };
-            let s = match p.tile_mn {
-                Some((m, n)) => Some(KernelSpec {
-                    imp: crate::spec::Impl::Wgmma,
-                    ..fclass.on_tile(m, n)
-                })
-                .filter(|s| {
-                    s.can_implement().is_ok()
-                        && p.paged
-                            .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
-                }),
-                None => match p.paged {
-                    Some(pg) if prefer.by_shape => {
-                        fclass.flagship_for_paged_shape(pg.page_size, shape)
-                    }
-                    Some(pg) => fclass.flagship_for_pages(pg.page_size),
-                    None if prefer.by_shape => fclass.flagship_for_shape(shape),
-                    None => fclass.flagship(),
-                },
-            };
+            let s = flagship_tile(class);
             if let Some(s) = s {
                 return Ok(s);
             }
@@ -1770,6 +1770,67 @@ mod tests {
         p.k_strides = Strides::contiguous(128, 8, 128);
         p.v_strides = p.k_strides;
         assert_eq!(sel(&p, &H200).spec.tile_m, 128);
+    }
+
+    #[test]
+    fn unsplit_decode_takes_the_flagship_within_its_bounds() {
+        // (batch, heads, heads_kv, keys, d) -> the flagship (on its fill tile) or the decode tile.
+        let step = |b: usize, h: usize, hkv: usize, sk: usize, d: usize| {
+            let mut p = Problem::new(DType::Bf16, b, 1, sk, h, hkv, d, d);
+            p.causal = true;
+            sel(&p, &H200)
+        };
+        let flagship = |s: &Selection| (s.spec.imp, s.decode_tile, s.num_splits);
+        // One CTA per SM at most: 33 x 4 KV heads = 132 CTAs; 133 x 1 is one too many.
+        let s = step(33, 16, 4, 4096, 128);
+        assert_eq!(flagship(&s), (Impl::Wgmma, false, 1));
+        assert_eq!(
+            s.spec.tile_m, 128,
+            "66 x 2 tiles of 64 rows would not fit one round"
+        );
+        assert_eq!(
+            flagship(&step(133, 4, 1, 4096, 128)),
+            (Impl::Portable, true, 1)
+        );
+        // Past the key-split tile's keys, on the fill tile even under FILL_MIN_KEYS.
+        let s = step(8, 32, 8, crate::tiles::KEY_SPLIT_MAX_KEYS + 1, 128);
+        assert_eq!((flagship(&s), s.spec.tile_m), ((Impl::Wgmma, false, 1), 64));
+        let s = step(8, 32, 8, crate::tiles::KEY_SPLIT_MAX_KEYS, 128);
+        assert_eq!(
+            (flagship(&s), s.spec.tile_m),
+            ((Impl::Portable, true, 1), 16)
+        );
+        // A window, a split, an unpacked group: the decode tile.
+        let mut p = Problem::new(DType::Bf16, 2, 1, 8192, 32, 8, 128, 128);
+        p.window = (Some(1024), Some(0));
+        assert!(sel(&p, &H200).decode_tile);
+        p.window = (None, None);
+        p.num_splits = 0;
+        assert!(sel(&p, &H200).decode_tile);
+        p.num_splits = 1;
+        p.pack_gqa = Some(false);
+        assert!(sel(&p, &H200).decode_tile);
+        // Pages the flagship cannot load keep the decode tile: one key at d 96 (TMA-describable
+        // strides, but no flagship tile for them) and at d 128 (no tensor map at all); pages of
+        // 16 take the flagship.
+        for (d, page, on_flagship) in [(96, 1, false), (128, 1, false), (96, 16, true)] {
+            let mut p = Problem::new(DType::Bf16, 2, 1, 4096, 32, 8, d, d);
+            p.paged = Some(crate::runtime::Paged {
+                page_size: page,
+                num_pages: 2 * 4096 / page,
+                pages_per_seq: 4096 / page,
+                page_table_stride: 4096 / page,
+            });
+            p.k_strides = Strides::contiguous(page, 8, d);
+            p.v_strides = p.k_strides;
+            let s = sel(&p, &H200);
+            assert_eq!(
+                (s.spec.imp == Impl::Wgmma, s.decode_tile),
+                (on_flagship, !on_flagship),
+                "d {d} pages of {page}: {}",
+                s.spec.stem()
+            );
+        }
     }
 
     #[test]

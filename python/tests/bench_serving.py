@@ -411,17 +411,20 @@ def decode_unsplit():
             ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True, num_splits=1), n)
             row["GBs"] = gbs(ms)
             row["kernel"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, num_splits=1)
-            for page in (16, 128) if d == 128 and b in (1, 8) and sk % 128 == 0 else ():
+            for page in (16, 128) if d == 128 and b in (1, 8) and sk > 0 and sk % 128 == 0 else ():
+                # As many paged copies as contiguous ones (one table), so neither sits in L2.
                 pps = sk // page
                 perm = torch.randperm(b * pps, device=DEV).to(torch.int32).view(b, pps)
-                kpg = torch.empty(b * pps, page, hkv, d, device=DEV, dtype=BF)
-                vpg = torch.empty_like(kpg)
-                kpg[perm.flatten().long()] = ks[0].reshape(b * pps, page, hkv, d)
-                vpg[perm.flatten().long()] = vs[0].reshape(b * pps, page, hkv, d)
-                call = lambda i: fa4gen.flash_attn_varlen_func(qs[0], kpg, vpg, page_table=perm,  # noqa: E731
+                kpg, vpg = [], []
+                for i in range(n):
+                    kpg.append(torch.empty(b * pps, page, hkv, d, device=DEV, dtype=BF))
+                    vpg.append(torch.empty_like(kpg[i]))
+                    kpg[i][perm.flatten().long()] = ks[i].reshape(b * pps, page, hkv, d)
+                    vpg[i][perm.flatten().long()] = vs[i].reshape(b * pps, page, hkv, d)
+                call = lambda i: fa4gen.flash_attn_varlen_func(qs[i], kpg[i], vpg[i], page_table=perm,  # noqa: E731
                                                                causal=True, num_splits=1)
                 row[f"paged{page}_err"] = round((call(0)[0].float() - out.float()).abs().max().item(), 5)
-                row[f"paged{page}_GBs"] = gbs(graph_time_ms(call, 1))
+                row[f"paged{page}_GBs"] = gbs(graph_time_ms(call, n))
                 del kpg, vpg
             emit(**row)
             del qs, ks, vs
