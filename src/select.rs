@@ -612,11 +612,8 @@ pub fn select_with(
         if decode && let Some(s) = class.decode(rows, decode_keys) {
             return Ok(s);
         }
-        if flagship {
-            let s = flagship_tile(class);
-            if let Some(s) = s {
-                return Ok(s);
-            }
+        if flagship && let Some(s) = flagship_tile(class) {
+            return Ok(s);
         }
         match p.tile_mn {
             // The caller's tile (FA4's `tile_mn`), checked like any spec.
