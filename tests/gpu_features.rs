@@ -956,12 +956,12 @@ fn fill_serving_cases_select_the_fill_tile() {
 /// Unsplit decode steps (`num_splits = 1`, FA4's default) over caches past the key-split
 /// tile's 256 keys on fewer CTAs than SMs, which selection gives the flagship (its TMA ring
 /// keeps several K/V blocks in flight per CTA; the decode tile one): every flagship head dim,
-/// one to four queries per sequence (and one of none), longest sequences of 354 to 7k keys
-/// with one- and no-key sequences beside them, K batched (equal lengths, and per-sequence lengths through
-/// `seqused_k`), packed, or in shuffled pages of 16, 128 and 16 spaced; GQA 1, 4 and 8 packed,
-/// and 4 or 8 unpacked (the decode tile); causal and not, sinks, softcap, both dtypes. Pages of one
-/// key keep the decode tile (at d 96 TMA could describe them, but no flagship tile loads them).
-/// The CPU test below checks each case's kernel.
+/// one to four queries per sequence (and one of none), longest sequences of 354 to 6.2k keys
+/// with one- and no-key sequences beside them, K batched (equal lengths, and per-sequence
+/// lengths through `seqused_k`), packed, or in shuffled pages of 16, 128 and 16 spaced; GQA 1,
+/// 4 and 8 packed, and 4 or 8 unpacked (the decode tile); causal and not, sinks, softcap, both
+/// dtypes. Pages of one key keep the decode tile (at d 96 TMA could describe them, but no
+/// flagship tile loads them). The CPU test below checks each case's kernel.
 fn unsplit_decode_cases() -> Vec<Case> {
     let layouts = [
         (false, KLayout::Batched),
