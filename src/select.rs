@@ -601,7 +601,7 @@ pub fn select_with(
         && matches!(v.mask, Mask::None | Mask::Causal)
         && (flagship_packs || v.group == 1)
         && p.seqlen_k > crate::tiles::KEY_SPLIT_MAX_KEYS
-        && p.batch * p.heads_kv <= device.sm_count as usize
+        && p.batch.saturating_mul(p.heads_kv) <= device.sm_count as usize
         && flagship_tile(class).is_some();
     let flagship = flagship_fits && (flagship_rows > crate::tiles::DECODE_ROWS || unsplit_decode);
     let decode = prefer.decode
