@@ -791,6 +791,36 @@ pub fn select_with(
             p.paged
                 .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
         });
+    // UNMEASURED (branch wip/d64-one-round-128): a d 64 call of FILL_MIN_KEYS keys or more
+    // whose 192-row tiles leave SMs idle while its 128-row tiles still fit one per SM runs on
+    // 128 rows: one round either way, so the call takes one tile's time, and a 128-row tile's
+    // is about 128 / (192 / 1.1-1.25) = 0.73-0.83 of a 192-row one's (`tile_rate`). The
+    // forty-seventh session's chunked prefill, d 64 H 64/8 causal, unsplit: Sq 256 over 16k
+    // (88 tiles of 192 rows, 128 of 128) 0.182 ms against FA4's 0.175; Sq 128 over 16k (48 /
+    // 64 tiles) 0.155 ms.
+    let narrow = (fill.is_none()
+        && num_splits == 1
+        && prefer.fill
+        && p.tile_mn.is_none()
+        && spec.imp == crate::spec::Impl::Wgmma
+        && spec.tile_m == 192
+        && v.mask != Mask::Local
+        && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
+        && rows.div_ceil(128) * heads * p.batch <= device.sm_count as usize)
+        .then(|| KernelSpec {
+            imp: crate::spec::Impl::Wgmma,
+            ..SpecClass {
+                pack_gqa: spec.pack_gqa,
+                ..class
+            }
+            .on_tile(128, spec.tile_n)
+        })
+        .filter(|s| {
+            s.can_implement().is_ok()
+                && p.paged
+                    .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
+        });
+    let fill = fill.or(narrow);
     if let Some(fill) = fill {
         spec = fill;
         m_blocks = rows.div_ceil(spec.block_m() as usize);
@@ -1767,6 +1797,24 @@ mod tests {
         p.k_strides = Strides::contiguous(128, 8, 128);
         p.v_strides = p.k_strides;
         assert_eq!(sel(&p, &H200).spec.tile_m, 128);
+    }
+
+    #[test]
+    fn d64_calls_of_one_round_take_128_rows() {
+        // Chunked prefill, d 64 H 64/8 packed, causal: Sq 256 over 16k is 88 tiles of 192 rows
+        // and 128 of 128 (one per SM): 128 rows. Sq 512: 256 of 128 rows, so 192 stays. Under
+        // FILL_MIN_KEYS keys, or with the heuristic's split, 192 stays too.
+        let tile = |sq: usize, sk: usize, splits: i32| {
+            let mut p = Problem::new(DType::Bf16, 1, sq, sk, 64, 8, 64, 64);
+            p.causal = true;
+            p.num_splits = splits;
+            let s = sel(&p, &H200);
+            (s.spec.imp, s.spec.tile_m, s.spec.tile_n, s.num_splits)
+        };
+        assert_eq!(tile(256, 16384, 1), (Impl::Wgmma, 128, 128, 1));
+        assert_eq!(tile(128, 16384, 1), (Impl::Wgmma, 128, 128, 1));
+        assert_eq!(tile(512, 16384, 1).1, 192);
+        assert_eq!(tile(256, 2048, 1).1, 192);
     }
 
     #[test]
