@@ -228,8 +228,12 @@ impl ModelAttention {
                                     out.extend(c.flagship_by_shape());
                                 }
                                 // Calls whose 128-row tiles fill half the SMs or fewer
-                                // (`flagship_fill`: full layers at d 65-128, any pages).
+                                // (`flagship_fill`: full layers at d 65-128, any pages), and
+                                // at d 64 those whose 128-row tiles fit one round
+                                // (`flagship_one_round`: 128x128, which 16- and 128-key pages
+                                // fit; unpaged it is already among `flagship_by_shape`'s).
                                 out.extend(c.flagship_fill());
+                                out.extend(c.flagship_one_round());
                             }
                         }
                     }
@@ -347,9 +351,19 @@ mod tests {
                 let is_fill = |s: &KernelSpec| {
                     s.tile_m == 64 && s.tile_n == 128 && s.mask != crate::spec::Mask::Local
                 };
+                // Nor the paged one-round tile (`flagship_one_round`, d <= 64: unsplit only);
+                // unpaged, the same tile is also `flagship_by_shape`'s and splits.
+                let is_one_round_paged = |s: &KernelSpec| {
+                    s.feat.paged
+                        && s.d.max(s.dv) <= 64
+                        && s.tile_m == 128
+                        && s.mask != crate::spec::Mask::Local
+                };
                 let expect_split: Vec<KernelSpec> = flagship
                     .iter()
-                    .filter(|s| s.mask != crate::spec::Mask::Local && !is_fill(s))
+                    .filter(|s| {
+                        s.mask != crate::spec::Mask::Local && !is_fill(s) && !is_one_round_paged(s)
+                    })
                     .map(|s| KernelSpec {
                         feat: crate::spec::Features {
                             split: true,
@@ -436,6 +450,13 @@ mod tests {
                             .any(|s| crate::runtime::tma::pages_hold_blocks(128, s.tile_n)),
                         "{name}: a tile whose blocks lie in 128-key pages"
                     );
+                    // d <= 64: full layers also on 128 rows, for calls of one round.
+                    if dmax <= 64 && m.full_layers {
+                        assert!(
+                            paged_full.iter().any(|s| s.tile_m == 128),
+                            "{name}: a one-round 128-row tile for pages"
+                        );
+                    }
                     for s in paged {
                         assert!(crate::runtime::tma::page_fits(16, s.tile_n), "{}", s.stem());
                     }

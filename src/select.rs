@@ -791,34 +791,29 @@ pub fn select_with(
             p.paged
                 .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
         });
-    // UNMEASURED (branch wip/d64-one-round-128): a d 64 call of FILL_MIN_KEYS keys or more
-    // whose 192-row tiles leave SMs idle while its 128-row tiles still fit one per SM runs on
-    // 128 rows: one round either way, so the call takes one tile's time, and a 128-row tile's
-    // is about 128 / (192 / 1.1-1.25) = 0.73-0.83 of a 192-row one's (`tile_rate`). The
-    // forty-seventh session's chunked prefill, d 64 H 64/8 causal, unsplit: Sq 256 over 16k
-    // (88 tiles of 192 rows, 128 of 128) 0.182 ms against FA4's 0.175; Sq 128 over 16k (48 /
-    // 64 tiles) 0.155 ms.
+    // A d 64 call of FILL_MIN_KEYS keys or more whose 128-row tiles fit one per SM runs on
+    // them rather than on the table's 192 rows (`SpecClass::flagship_one_round`): one round
+    // either way, so the call takes one tile's time, and a 128-row tile's is the shorter
+    // (chunked prefill, d 64 H 64/8 causal, Sq 256 over 16k: 0.183 -> 0.160 ms).
     let narrow = (fill.is_none()
         && num_splits == 1
         && prefer.fill
         && p.tile_mn.is_none()
         && spec.imp == crate::spec::Impl::Wgmma
         && spec.tile_m == 192
-        && v.mask != Mask::Local
         && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
         && rows.div_ceil(128) * heads * p.batch <= device.sm_count as usize)
-        .then(|| KernelSpec {
-            imp: crate::spec::Impl::Wgmma,
-            ..SpecClass {
+        .then(|| {
+            SpecClass {
                 pack_gqa: spec.pack_gqa,
                 ..class
             }
-            .on_tile(128, spec.tile_n)
+            .flagship_one_round()
         })
+        .flatten()
         .filter(|s| {
-            s.can_implement().is_ok()
-                && p.paged
-                    .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
+            p.paged
+                .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
         });
     let fill = fill.or(narrow);
     if let Some(fill) = fill {

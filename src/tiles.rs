@@ -139,6 +139,24 @@ impl SpecClass {
         .filter(|s| fits && s.can_implement().is_ok())
     }
 
+    /// The flagship's 128-row tile for a class whose table leads with 192 rows (d <= 64), for
+    /// calls of one round either way (`select::narrow`): both row counts' tiles fit on the SMs
+    /// at once, so the call takes one tile's time, and a 128-row tile takes 0.73-0.83 of a
+    /// 192-row one's. H200, d 64 H 64/8 packed, causal bottom-right, unsplit, CUDA graphs, two
+    /// libraries in one run (`…-session49-chunked-{main,d64}.jsonl`): Sq 256 over 16k (88 tiles
+    /// of 192 rows, 128 of 128) 0.1828 / 0.1842 ms on 192x128 against 0.1603 / 0.1599 on
+    /// 128x128 (FA4 ran 0.175 the session before). Unmasked or causal, with every serving
+    /// feature but the split; `None` elsewhere.
+    pub fn flagship_one_round(self) -> Option<KernelSpec> {
+        let first = self.flagship()?;
+        (first.tile_m == 192 && self.mask != Mask::Local && !self.feat.split)
+            .then(|| KernelSpec {
+                imp: Impl::Wgmma,
+                ..self.on_tile(128, first.tile_n)
+            })
+            .filter(|s| s.can_implement().is_ok())
+    }
+
     /// The flagship for paged K/V of `page_size` keys, whose blocks TMA loads as boxes of
     /// gcd(page_size, tile_n) rows, one per page. Each box costs: on the H200 (d 128, B 8,
     /// Sq 1k, Sk 4k, H 32/8, causal; contiguous 128x160 0.753 ms, 128x128 0.838 ms) page 128

@@ -953,6 +953,64 @@ fn fill_serving_cases_select_the_fill_tile() {
     });
 }
 
+/// The flagship's one-round 128-row tile at d 64 (`SpecClass::flagship_one_round`: chunked
+/// prefill whose 128-row tiles fit one per SM takes them rather than the table's 192 rows) with
+/// the serving features: unmasked and causal, q packed or batched, k packed, batched or paged
+/// (pages of 16, 128, 48 and 8, shuffled, and pages two pages apart), lengths 0, 1 and up to
+/// 250 queries over up to 2000 keys with Sq != Sk both ways, sinks and softcap 15 / 30, GQA
+/// packed and not; `Problem::fill_tile` forces the rule (the CPU test below checks that every
+/// case takes 128x128 unsplit).
+fn one_round_serving_cases() -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(73);
+    let layouts = [
+        (true, KLayout::Packed),
+        (false, KLayout::Batched),
+        (true, KLayout::Paged(16)),
+        (false, KLayout::Paged(128)),
+        (true, KLayout::Batched),
+        (true, KLayout::Paged(48)),
+        (false, KLayout::Paged(8)),
+        (true, KLayout::PagedSpaced(16)),
+    ];
+    let mut cases = Vec::new();
+    for (i, (q_packed, k)) in layouts.into_iter().enumerate() {
+        for causal in [false, true] {
+            let n = 2 * i + causal as usize;
+            let mut seqs = vec![
+                (rng.random_range(0..=250), rng.random_range(0..=2000)),
+                [(0, 50), (1, 1), (200, 0), (129, 1500)][n % 4],
+                (250, 1000 + 37 * n),
+            ];
+            if !q_packed && matches!(k, KLayout::Batched) {
+                seqs = vec![(250, 1000 + 37 * n); 2]; // dense: equal lengths
+            }
+            let g = [1, 2, 4, 8][n % 4];
+            let mut c = Case::flagship_layout(seqs, n, (64, 64), g, (q_packed, k));
+            c.causal = causal;
+            c.pack_gqa = Some(n % 5 != 3 && g > 1);
+            c.sinks = n % 3 != 1;
+            c.softcap = [0.0, 15.0, 30.0][(n / 2) % 3];
+            c.fill = Some(true);
+            cases.push(c);
+        }
+    }
+    cases
+}
+
+#[test]
+fn flagship_one_round_serving() {
+    run_all("flagship_one_round_serving", &one_round_serving_cases());
+}
+
+/// CPU: every one-round case selects the flagship's 128x128 tile, unsplit, with its features.
+#[test]
+fn one_round_serving_cases_select_128_rows() {
+    each_h200_selection(&one_round_serving_cases(), |c, s| {
+        let got = (s.spec.tile_m, s.spec.tile_n, s.num_splits, s.spec.feat.sink);
+        assert_eq!(got, (128, 128, 1, c.sinks), "{}", c.name());
+    });
+}
+
 /// Unsplit decode steps (`num_splits = 1`, FA4's default) over caches past the key-split
 /// tile's 256 keys on fewer CTAs than SMs, which selection gives the flagship (its TMA ring
 /// keeps several K/V blocks in flight per CTA; the decode tile one): every flagship head dim,
