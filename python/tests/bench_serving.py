@@ -584,6 +584,8 @@ CHUNKED_SHAPES = [  # (B, Sq, Sk, H, Hkv, d, causal): query chunks over a long c
     (4, 32, 8192, 64, 8, 128, True),
     (1, 128, 16384, 64, 8, 64, True),
     (1, 256, 16384, 64, 8, 64, True),
+    (1, 256, 32768, 64, 8, 64, True),
+    (1, 256, 16384, 64, 8, 64, False),
     (1, 256, 32768, 32, 8, 128, False),
     (1, 128, 8192, 32, 8, 128, False),
     (1, 256, 32768, 32, 8, 96, True),
@@ -597,7 +599,8 @@ def chunked():
     (for d 65-128 its 64-row fill tile where 128-row tiles fill half the SMs or less, from 4k
     keys); num_splits=0 takes the split heuristic (on sm90 the flagship's own split-KV);
     explicit splits beside them; for d 65-128 the unsplit flagship forced onto its 128x128 and
-    64x128 tiles, and the heuristic's split onto 128x128. Causal is bottom-right (query i sees
+    64x128 tiles, and the heuristic's split onto 128x128; for d 64 onto 192x128 (the table's)
+    and 128x128 (the one-round tile, `flagship_one_round`), the split onto 192x128. Causal is bottom-right (query i sees
     Sk - Sq + i + 1 keys); SDPA's causal is top-left, so cuDNN runs beside the unmasked rows
     only."""
     for b, sq, sk, h, hkv, d, causal in CHUNKED_SHAPES:
@@ -609,7 +612,8 @@ def chunked():
         flop = 4 * b * h * d * pairs
         row = dict(bench="chunked", b=b, sq=sq, sk=sk, h=h, hkv=hkv, d=d, causal=causal)
         # Unsplit and the heuristic twice each, in turns (the clocks drift within a section).
-        tiles = ((None, ""), ((128, 128), "_m128"), ((64, 128), "_m64")) if 64 < d <= 128 else ((None, ""),)
+        tiles = (((None, ""), ((128, 128), "_m128"), ((64, 128), "_m64")) if 64 < d <= 128 else
+                 ((None, ""), ((192, 128), "_m192"), ((128, 128), "_m128")) if d <= 64 else ((None, ""),))
         for splits, key in ((1, "splits1"), (0, "heuristic"), (2, "splits2"), (4, "splits4"), (8, "splits8"),
                             (0, "heuristic_again"), (1, "splits1_again")):
             for tile_mn, suffix in (tiles if splits == 1 else tiles[:2] if splits == 0 else ((None, ""),)):
@@ -639,10 +643,12 @@ def chunked():
 def chunked_paged():
     """Chunked prefill over a paged cache (pages of 16 and 128 keys, shuffled), as an engine calls
     it: the default (num_splits=1: on sm90 the 64-row fill tile where 128-row tiles fill half the
-    SMs or less), the same forced onto 128x128, and the split heuristic (num_splits=0: the
+    SMs or less; at d 64 the 128-row tile where those fit one round), the same forced onto 128x128
+    (d 64: 192x128), and the split heuristic (num_splits=0: the
     flagship's split-KV), beside the default on contiguous K/V."""
     for b, sq, sk, h, hkv, d in ((1, 128, 8192, 32, 8, 128), (1, 256, 32768, 32, 8, 128),
-                                 (1, 128, 32768, 32, 8, 128), (2, 32, 8192, 64, 8, 128)):
+                                 (1, 128, 32768, 32, 8, 128), (2, 32, 8192, 64, 8, 128),
+                                 (1, 256, 16384, 64, 8, 64)):
         q = torch.randn(b, sq, h, d, device=DEV, dtype=BF)
         k = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
         v = torch.randn(b, sk, hkv, d, device=DEV, dtype=BF)
@@ -657,7 +663,8 @@ def chunked_paged():
             vpg = torch.empty_like(kpg)
             kpg[perm.flatten().long()] = k.reshape(b * pps, page, hkv, d)
             vpg[perm.flatten().long()] = v.reshape(b * pps, page, hkv, d)
-            for key, kw in (("default", {}), ("m128", dict(tile_mn=(128, 128))), ("heuristic", dict(num_splits=0))):
+            forced = (("m192", dict(tile_mn=(192, 128))),) if d <= 64 else (("m128", dict(tile_mn=(128, 128))),)
+            for key, kw in (("default", {}),) + forced + (("heuristic", dict(num_splits=0)),):
                 ms = graph_time_ms(lambda i: fa4gen.flash_attn_varlen_func(q, kpg, vpg, page_table=perm, causal=True,
                                                                            **kw), 1)
                 row[f"page{page}_{key}_ms"] = round(ms, 4)
