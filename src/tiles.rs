@@ -145,8 +145,10 @@ impl SpecClass {
     /// 192-row one's. H200, d 64 H 64/8 packed, causal bottom-right, unsplit, CUDA graphs, two
     /// libraries in one run (`…-session49-chunked-{main,d64}.jsonl`): Sq 256 over 16k (88 tiles
     /// of 192 rows, 128 of 128) 0.1828 / 0.1842 ms on 192x128 against 0.1603 / 0.1599 on
-    /// 128x128 (FA4 ran 0.175 the session before). Unmasked or causal, with every serving
-    /// feature but the split; `None` elsewhere.
+    /// 128x128; beside FA4 in one run (`…-session49-fa4-chunked-serving.jsonl`) 0.186 forced
+    /// onto 192x128, 0.160-0.172 on 128x128, FA4 0.177; pages of 128 / 16 0.196 / 0.223 on
+    /// 192x128, 0.168 / 0.196 on 128x128. Unmasked or causal, with every serving feature but
+    /// the split; `None` elsewhere.
     pub fn flagship_one_round(self) -> Option<KernelSpec> {
         let first = self.flagship()?;
         (first.tile_m == 192 && self.mask != Mask::Local && !self.feat.split)
