@@ -17,8 +17,10 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              page 128: split-KV (heuristic) and unsplit, as KV bandwidth, beside SDPA; plus a
              check that a captured decode step replays to the eager result bit for bit
   decode-unsplit  unsplit decode steps (num_splits=1) on few CTAs, d 64 / 128 / 256, B 1..32, contiguous
-             and pages of 16 / 128 (d 128), Sk in $DECODE_UNSPLIT_SK (4096 32768): GB/s and the kernel
+             and pages of 16 / 128 (d 64 and 128), Sk in $DECODE_UNSPLIT_SK (4096 32768): GB/s and the kernel
              taken, outputs checked against fp32 up to 4k keys
+  decode-rows  unsplit steps of a few query rows: MHA with 1..64 queries (speculative decoding), GQA 8
+             with 8 queries, d 128, B 1 and 4, Sk in $DECODE_UNSPLIT_SK: GB/s and the kernel taken
   window-decode  sliding-window decode steps (gpt-oss d64 window 128, Gemma-3 d256 window 1024),
              B in {1, 8, 64}, Sk in {4133, 32771}, contiguous and pages of 16 / 128, beside the same call
              on the window's keys sliced out (fa4gen dense, SDPA)
@@ -411,7 +413,7 @@ def decode_unsplit():
             ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True, num_splits=1), n)
             row["GBs"] = gbs(ms)
             row["kernel"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, num_splits=1)
-            for page in (16, 128) if d == 128 and b in (1, 8) and sk > 0 and sk % 128 == 0 else ():
+            for page in (16, 128) if d <= 128 and b in (1, 8) and sk > 0 and sk % 128 == 0 else ():
                 # As many paged copies as contiguous ones (one table), so neither sits in L2.
                 pps = sk // page
                 perm = torch.randperm(b * pps, device=DEV).to(torch.int32).view(b, pps)
@@ -426,6 +428,36 @@ def decode_unsplit():
                 row[f"paged{page}_err"] = round((call(0)[0].float() - out.float()).abs().max().item(), 5)
                 row[f"paged{page}_GBs"] = gbs(graph_time_ms(call, n))
                 del kpg, vpg
+            emit(**row)
+            del qs, ks, vs
+            torch.cuda.empty_cache()
+
+
+def decode_rows():
+    """Unsplit steps of a few query rows (num_splits=1): MHA (group 1) with 1 to 64 queries per
+    sequence (speculative decoding's verify step) and GQA 8 with 8 queries (64 packed rows), d 128,
+    B 1 and 4, over Sk in $DECODE_UNSPLIT_SK (4096 32768); GB/s of K + V and the kernel taken, each
+    output checked against fp32 up to 4k keys."""
+    for h, hkv, sq, b in [(32, 32, sq, b) for sq in (1, 4, 16, 64) for b in (1, 4)] + [(32, 8, 8, 1), (32, 8, 8, 8)]:
+        d = 128
+        for sk in [int(x) for x in os.environ.get("DECODE_UNSPLIT_SK", "4096 32768").split()]:
+            kv_bytes = 2 * b * sk * hkv * d * 2
+            n = copies_for(kv_bytes)
+            qs = [torch.randn(b, sq, h, d, device=DEV, dtype=BF) for _ in range(n)]
+            ks = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+            vs = [torch.randn(b, sk, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+            row = dict(bench="decode-rows", d=d, H=h, Hkv=hkv, B=b, Sq=sq, Sk=sk)
+            out = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, num_splits=1)[0]
+            if sk <= 4096:
+                # Bottom-right causal: query i sees keys up to Sk - Sq + i.
+                mask = torch.ones(sq, sk, device=DEV, dtype=torch.bool).tril(sk - sq)
+                ref = F.scaled_dot_product_attention(qs[0].float().transpose(1, 2), ks[0].float().transpose(1, 2),
+                                                      vs[0].float().transpose(1, 2), attn_mask=mask,
+                                                      enable_gqa=True).transpose(1, 2)
+                row["max_err"] = round((out.float() - ref).abs().max().item(), 5)
+            ms = graph_time_ms(lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True, num_splits=1), n)
+            row["GBs"] = round(kv_bytes / ms / 1e6, 1)
+            row["kernel"] = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, num_splits=1)
             emit(**row)
             del qs, ks, vs
             torch.cuda.empty_cache()
@@ -1075,7 +1107,7 @@ def warm_up_clocks(seconds=1.0):
 
 SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode, "decode-unsplit": decode_unsplit,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
-            "chunked-paged": chunked_paged, "few-tiles": few_tiles, "combine": combine,
+            "chunked-paged": chunked_paged, "few-tiles": few_tiles, "decode-rows": decode_rows, "combine": combine,
             "split-sweep": split_sweep, "engine-chunks": engine_chunks, "mixed-batches": mixed_batches, "decode-batches": decode_batches}
 DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
 
