@@ -587,7 +587,8 @@ pub fn select_with(
     // d 128 H 32/8 B 1 248 -> 472 (4k) and 269 -> 525 (32k), B 8 1946 -> 3555 and 2060 ->
     // 4008, B 16 (128 CTAs) 3521 -> 3833; pages of 16 139 -> 367 (B 1) and 1089 -> 2768 (B 8);
     // d 64 H 64/8 B 1-16 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x; at 511 keys 0.99-1.59x,
-    // at 1k 1.08-1.99x. At 128 and 256 keys the 16-row key-split tile is faster at d 64 and
+    // at 1k 1.08-1.99x; MHA (group 1) d 128 with 1-64 queries, B 1 and 4, 1.06-2.07x (forty-
+    // ninth session). At 128 and 256 keys the 16-row key-split tile is faster at d 64 and
     // 128 (d 128 B 8: 922 against 749 and 1244 against 1165; at d 256 the flagship led by
     // 1.12-1.15x), and with more CTAs than SMs the decode tile's own CTAs fill the SMs (B 32:
     // the flagship 0.91x). Where the flagship has no tile for the call (pages TMA cannot load
