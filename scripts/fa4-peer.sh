@@ -7,6 +7,7 @@
 #   device:  scripts/fa4-peer.sh put b     # carry [".fa4whl/b"]: joined, unpacked into /tmp/fa4site
 #   device:  scripts/fa4-peer.sh check     # one FA4 call beside cuDNN
 #   device:  scripts/fa4-peer.sh sass [d,s,causal ...]   # FA4's kernels' SASS into $OUT
+#   device:  scripts/fa4-peer.sh profile [d,s,causal ...]   # ncu on FA4's and fa4gen's forward
 #   device:  eval "$(scripts/fa4-peer.sh env)"; FA4_PEER=1 scripts/gpu-check.sh rounds
 # The wheels are unpacked, not pip-installed: pip would want the cu12 libraries the cutlass DSL's
 # metadata names (another 90 MB), and the DSL picks the cu13 flavour it finds (driver 580 = 13.0).
@@ -92,6 +93,55 @@ PY
       rm -rf "$dump"
     done
     ls -la "${OUT:-/tmp}"/fa4-*.sass
+    ;;
+  profile)
+    # Nsight Compute on FA4's forward and on fa4gen's (the staged bench_fwd) at the #4 matrix's
+    # shape ("d,s,causal"; default d 64 16k full): the same sections as gpu-check.sh's profile,
+    # plus the pipes' utilisation, into $OUT/ncu-{fa4,fa4gen}-<d>_<s>_<causal>*. FA4's third
+    # launch is the one profiled (its first call compiles).
+    eval "$("$SELF" env)"
+    shift
+    out=${OUT:-/tmp}
+    metrics=sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
+    cat > "$out/fa4-call.py" <<'PY'
+import sys, torch
+from flash_attn.cute import flash_attn_func
+d, s, c = (int(x) for x in sys.argv[1:])
+b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
+q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+v = torch.randn(b, s, h, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
+for _ in range(4):
+    flash_attn_func(q, k, v, causal=bool(c))
+torch.cuda.synchronize()
+PY
+    for shape in ${*:-64,16384,0}; do
+      IFS=, read -r d s c <<< "$shape"
+      tag="$d"_"$s"_"$c"
+      for who in fa4 fa4gen; do
+        rep="$out/ncu-$who-$tag"
+        if [ $who = fa4 ]; then
+          ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$out/fa4-call.py" "$d" "$s" "$c" > "$rep.log" 2>&1
+        else
+          ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+              --metrics "$metrics" -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$shape" > "$rep.log" 2>&1
+        fi
+        echo "ncu $who $shape: rc=$?"
+        [ -f "$rep.ncu-rep" ] || { tail -20 "$rep.log"; continue; }
+        ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+        ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>/dev/null
+        grep -E "Kernel Name|^  [a-zA-Z_].*\(|SM Frequency|Duration|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$rep.txt" | head -12
+        python3 scripts/ncu_stalls.py < "$rep-raw.csv" | tee "$rep-stalls.txt" | head -8
+        python3 - "$rep-raw.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+for n, v in zip(rows[0], rows[-1]):
+    if any(k in n for k in ("pipe_tensor", "pipe_xu", "pipe_fma", "pipe_alu", "inst_executed.sum", "issue_active", "duration", "elapsed.avg.per_second", "Kernel Name")):
+        print(f"  {n} = {v}")
+PY
+        rm -f "$rep.ncu-rep"
+      done
+    done
     ;;
   env)
     # (The DSL's .pth, which pip would have run, puts dsl_packages on the path.)
