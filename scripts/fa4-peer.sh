@@ -135,8 +135,15 @@ PY
         python3 - "$rep-raw.csv" <<'PY'
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
+want = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
+        "sm__inst_executed_pipe_uniform.avg.pct_of_peak_sustained_active",
+        "smsp__issue_active.avg.pct_of_peak_sustained_active", "sm__inst_executed.sum",
+        "gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second", "launch__grid_size")
 for n, v in zip(rows[0], rows[-1]):
-    if any(k in n for k in ("pipe_tensor", "pipe_xu", "pipe_fma", "pipe_alu", "inst_executed.sum", "issue_active", "duration", "elapsed.avg.per_second", "Kernel Name")):
+    if n in want:
         print(f"  {n} = {v}")
 PY
         rm -f "$rep.ncu-rep"
