@@ -880,6 +880,47 @@ fn flagship_packed_gqa() {
     run_all("flagship_packed_gqa", &cases);
 }
 
+/// Cases that force a flagship tile rule (`Problem::fill_tile`) with the serving features: per
+/// head dim in `dims`, unmasked and causal over each (q, k) layout, three sequences (random
+/// lengths up to 250 queries over up to 2000 keys, one of 0 or 1 queries or keys, one long),
+/// equal lengths where both are batched; GQA by turns from `groups`, packed where `packed(i, g)`,
+/// sinks, softcap 0 / 15 / 30, both dtypes by turns.
+fn forced_tile_cases(
+    seed: u64,
+    dims: &[usize],
+    layouts: &[(bool, KLayout)],
+    groups: &[usize],
+    packed: impl Fn(usize, usize) -> bool,
+) -> Vec<Case> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut cases = Vec::new();
+    let mut i = 0usize;
+    for &d in dims {
+        for &(q_packed, k) in layouts {
+            for causal in [false, true] {
+                let mut seqs = vec![
+                    (rng.random_range(0..=250), rng.random_range(0..=2000)),
+                    [(0, 50), (1, 1), (200, 0), (129, 1500)][i % 4],
+                    (250, 1000 + 37 * i),
+                ];
+                if !q_packed && matches!(k, KLayout::Batched) {
+                    seqs = vec![(250, 1000 + 37 * i); 2]; // dense: equal lengths
+                }
+                let g = groups[i % groups.len()];
+                let mut c = Case::flagship_layout(seqs, i, (d, d), g, (q_packed, k));
+                c.causal = causal;
+                c.pack_gqa = Some(packed(i, g) && g > 1);
+                c.sinks = i % 3 != 1;
+                c.softcap = [0.0, 15.0, 30.0][(i / 2) % 3];
+                c.fill = Some(true);
+                cases.push(c);
+                i += 1;
+            }
+        }
+    }
+    cases
+}
+
 /// The flagship's 64-row fill tile (`SpecClass::flagship_fill`) with the serving features:
 /// d 96 and 128, unmasked and causal, q packed or batched, k packed, batched or paged (pages of
 /// 8 to 256 keys incl. 48, shuffled, and pages two pages apart), lengths 0, 1 and up to 250
@@ -887,7 +928,6 @@ fn flagship_packed_gqa() {
 /// and not; `Problem::fill_tile` forces the tile (the CPU test below checks that every case
 /// takes it: at most half the SMs' worth of 128-row tiles).
 fn fill_serving_cases() -> Vec<Case> {
-    let mut rng = StdRng::seed_from_u64(67);
     let layouts = [
         (true, KLayout::Packed),
         (false, KLayout::Batched),
@@ -900,32 +940,7 @@ fn fill_serving_cases() -> Vec<Case> {
         (false, KLayout::Paged(8)),
         (true, KLayout::PagedSpaced(16)),
     ];
-    let mut cases = Vec::new();
-    let mut i = 0usize;
-    for d in [96, 128] {
-        for (q_packed, k) in layouts {
-            for causal in [false, true] {
-                let mut seqs = vec![
-                    (rng.random_range(0..=250), rng.random_range(0..=2000)),
-                    [(0, 50), (1, 1), (200, 0), (129, 1500)][i % 4],
-                    (250, 1000 + 37 * i),
-                ];
-                if !q_packed && matches!(k, KLayout::Batched) {
-                    seqs = vec![(250, 1000 + 37 * i); 2]; // dense: equal lengths
-                }
-                let g = [1, 2, 4][i % 3];
-                let mut c = Case::flagship_layout(seqs, i, (d, d), g, (q_packed, k));
-                c.causal = causal;
-                c.pack_gqa = Some(i % 4 == 3 && g > 1);
-                c.sinks = i % 3 != 1;
-                c.softcap = [0.0, 15.0, 30.0][(i / 2) % 3];
-                c.fill = Some(true);
-                cases.push(c);
-                i += 1;
-            }
-        }
-    }
-    cases
+    forced_tile_cases(67, &[96, 128], &layouts, &[1, 2, 4], |i, _| i % 4 == 3)
 }
 
 #[test]
@@ -961,7 +976,6 @@ fn fill_serving_cases_select_the_fill_tile() {
 /// packed and not; `Problem::fill_tile` forces the rule (the CPU test below checks that every
 /// case takes 128x128 unsplit).
 fn one_round_serving_cases() -> Vec<Case> {
-    let mut rng = StdRng::seed_from_u64(73);
     let layouts = [
         (true, KLayout::Packed),
         (false, KLayout::Batched),
@@ -972,29 +986,7 @@ fn one_round_serving_cases() -> Vec<Case> {
         (false, KLayout::Paged(8)),
         (true, KLayout::PagedSpaced(16)),
     ];
-    let mut cases = Vec::new();
-    for (i, (q_packed, k)) in layouts.into_iter().enumerate() {
-        for causal in [false, true] {
-            let n = 2 * i + causal as usize;
-            let mut seqs = vec![
-                (rng.random_range(0..=250), rng.random_range(0..=2000)),
-                [(0, 50), (1, 1), (200, 0), (129, 1500)][n % 4],
-                (250, 1000 + 37 * n),
-            ];
-            if !q_packed && matches!(k, KLayout::Batched) {
-                seqs = vec![(250, 1000 + 37 * n); 2]; // dense: equal lengths
-            }
-            let g = [1, 2, 4, 8][n % 4];
-            let mut c = Case::flagship_layout(seqs, n, (64, 64), g, (q_packed, k));
-            c.causal = causal;
-            c.pack_gqa = Some(n % 5 != 3 && g > 1);
-            c.sinks = n % 3 != 1;
-            c.softcap = [0.0, 15.0, 30.0][(n / 2) % 3];
-            c.fill = Some(true);
-            cases.push(c);
-        }
-    }
-    cases
+    forced_tile_cases(73, &[64], &layouts, &[1, 2, 4, 8], |i, _| i % 5 != 3)
 }
 
 #[test]
