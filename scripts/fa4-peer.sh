@@ -96,14 +96,16 @@ PY
     ;;
   profile)
     # Nsight Compute on FA4's forward and on fa4gen's (the staged bench_fwd) at the #4 matrix's
-    # shape ("d,s,causal"; default d 64 16k full): the same sections as gpu-check.sh's profile,
-    # plus the pipes' utilisation, into $OUT/ncu-{fa4,fa4gen}-<d>_<s>_<causal>*. FA4's third
-    # launch is the one profiled (its first call compiles).
+    # shape ("d,s,causal"; default d 64 16k full): gpu-check.sh profile's speed-of-light,
+    # workload, warp-state and scheduler sections plus the pipes' utilisation, into
+    # $OUT/ncu-{fa4,fa4gen}-<d>_<s>_<causal>*. FA4's third launch is the one profiled (its
+    # first call compiles). A failed profile is reported and the next one runs.
     eval "$("$SELF" env)"
     shift
     out=${OUT:-/tmp}
     metrics=sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
-    cat > "$out/fa4-call.py" <<'PY'
+    call=$(mktemp --suffix=.py) failed=0
+    cat > "$call" <<'PY'
 import sys, torch
 from flash_attn.cute import flash_attn_func
 d, s, c = (int(x) for x in sys.argv[1:])
@@ -121,18 +123,18 @@ PY
         rep="$out/ncu-$who-$tag"
         if [ $who = fa4 ]; then
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$out/fa4-call.py" "$d" "$s" "$c" > "$rep.log" 2>&1
+              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" "$d" "$s" "$c" > "$rep.log" 2>&1 && rc=0 || rc=$?
         else
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$shape" > "$rep.log" 2>&1
+              --metrics "$metrics" -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$shape" > "$rep.log" 2>&1 && rc=0 || rc=$?
         fi
-        echo "ncu $who $shape: rc=$?"
-        [ -f "$rep.ncu-rep" ] || { tail -20 "$rep.log"; continue; }
-        ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
-        ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>/dev/null
-        grep -E "Kernel Name|^  [a-zA-Z_].*\(|SM Frequency|Duration|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$rep.txt" | head -12
-        python3 scripts/ncu_stalls.py < "$rep-raw.csv" | tee "$rep-stalls.txt" | head -8
-        python3 - "$rep-raw.csv" <<'PY'
+        echo "ncu $who $shape: rc=$rc"
+        [ "$rc" = 0 ] && [ -f "$rep.ncu-rep" ] || { tail -20 "$rep.log"; failed=1; continue; }
+        ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1 || true
+        ncu -i "$rep.ncu-rep" --page raw --csv > "$rep-raw.csv" 2>/dev/null || true
+        grep -E "Kernel Name|^  [a-zA-Z_].*\(|SM Frequency|Duration|Executed Ipc Active|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" "$rep.txt" | head -12 || true
+        python3 scripts/ncu_stalls.py < "$rep-raw.csv" | tee "$rep-stalls.txt" | head -8 || true
+        python3 - "$rep-raw.csv" <<'PY' || true
 import csv, sys
 rows = list(csv.reader(open(sys.argv[1])))
 want = ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -149,6 +151,8 @@ PY
         rm -f "$rep.ncu-rep"
       done
     done
+    rm -f "$call"
+    exit $failed
     ;;
   env)
     # (The DSL's .pth, which pip would have run, puts dsl_packages on the path.)

@@ -354,10 +354,18 @@ mod tests {
                 // Nor the paged one-round tile (`flagship_one_round`, d <= 64: unsplit only);
                 // unpaged, the same tile is also `flagship_by_shape`'s and splits.
                 let is_one_round_paged = |s: &KernelSpec| {
-                    s.feat.paged
-                        && s.d.max(s.dv) <= 64
-                        && s.tile_m == 128
-                        && s.mask != crate::spec::Mask::Local
+                    let class = crate::tiles::SpecClass {
+                        arch: s.arch,
+                        dtype: s.dtype,
+                        d: s.d,
+                        dv: s.dv,
+                        q_stage: s.q_stage,
+                        mask: s.mask,
+                        lse: s.lse,
+                        pack_gqa: s.pack_gqa,
+                        feat: s.feat,
+                    };
+                    s.feat.paged && class.flagship_one_round() == Some(*s)
                 };
                 let expect_split: Vec<KernelSpec> = flagship
                     .iter()
@@ -428,7 +436,8 @@ mod tests {
                         }
                     }
                     // Local masks: by shape among the tiles pages fit (all of them), the same
-                    // set as unpaged; full layers one or two tiles (128-key and 16-key pages).
+                    // set as unpaged; full layers one or two tiles (128-key and 16-key pages),
+                    // and at d <= 64 the one-round 128-row tile beside them.
                     let (paged_local, paged_full): (Vec<&&KernelSpec>, Vec<&&KernelSpec>) = paged
                         .iter()
                         .partition(|s| s.mask == crate::spec::Mask::Local);

@@ -396,7 +396,9 @@ pub struct Prefer {
     /// libraries built before the packed flagship ship).
     pub pack: bool,
     /// The flagship's 64-row fill tile (`SpecClass::flagship_fill`) where a long call's
-    /// 128-row tiles fill at most half the SMs (libraries built before it lack it).
+    /// 128-row tiles fill at most half the SMs, and at d <= 64 its one-round 128-row tile
+    /// (`SpecClass::flagship_one_round`) where those fit one per SM (libraries built before
+    /// them lack them: paged, the 128-row d 64 tile came in the forty-ninth session).
     pub fill: bool,
     /// Split-KV on the flagship (with the canonical combine module), else on the portable
     /// kernel (all that libraries built before it ship).
@@ -792,17 +794,21 @@ pub fn select_with(
             p.paged
                 .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
         });
-    // A d 64 call of FILL_MIN_KEYS keys or more whose 128-row tiles fit one per SM runs on
-    // them rather than on the table's 192 rows (`SpecClass::flagship_one_round`): one round
-    // either way, so the call takes one tile's time, and a 128-row tile's is the shorter
-    // (chunked prefill, d 64 H 64/8 causal, Sq 256 over 16k: 0.183 -> 0.160 ms).
+    // A d <= 64 call (the table's 192-row tile; measured at d 64) of FILL_MIN_KEYS keys or
+    // more whose 128-row tiles fit one per SM runs on them rather than on 192 rows
+    // (`SpecClass::flagship_one_round`): one round either way, so the call takes one tile's
+    // time, and a 128-row tile's is the shorter (chunked prefill, d 64 H 64/8 causal, Sq 256
+    // over 16k: 0.183 -> 0.160 ms). An unsplit decode step takes it at any length, as it
+    // takes the fill tile: unpaged, its tile by shape is already 128 rows at d 64, and paged
+    // (pages of 16 and 128, B 1 and 8, 4k and 32k keys) 128 rows ran level with 192 to +2%.
     let narrow = (fill.is_none()
         && num_splits == 1
         && prefer.fill
         && p.tile_mn.is_none()
         && spec.imp == crate::spec::Impl::Wgmma
         && spec.tile_m == 192
-        && p.fill_tile.unwrap_or(p.seqlen_k >= FILL_MIN_KEYS)
+        && p.fill_tile
+            .unwrap_or(p.seqlen_k >= FILL_MIN_KEYS || unsplit_decode)
         && rows.div_ceil(128) * heads * p.batch <= device.sm_count as usize)
         .then(|| {
             SpecClass {
@@ -1798,8 +1804,9 @@ mod tests {
     #[test]
     fn d64_calls_of_one_round_take_128_rows() {
         // Chunked prefill, d 64 H 64/8 packed, causal: Sq 256 over 16k is 88 tiles of 192 rows
-        // and 128 of 128 (one per SM): 128 rows. Sq 512: 256 of 128 rows, so 192 stays. Under
-        // FILL_MIN_KEYS keys, or with the heuristic's split, 192 stays too.
+        // and 128 of 128 (one per SM): 128 rows. Sq 264: 136 of 128 rows, one round too many,
+        // so 192 stays, as at Sq 512 (256). Under FILL_MIN_KEYS keys, or with the heuristic's
+        // split, 192 stays too.
         let tile = |sq: usize, sk: usize, splits: i32| {
             let mut p = Problem::new(DType::Bf16, 1, sq, sk, 64, 8, 64, 64);
             p.causal = true;
@@ -1809,8 +1816,33 @@ mod tests {
         };
         assert_eq!(tile(256, 16384, 1), (Impl::Wgmma, 128, 128, 1));
         assert_eq!(tile(128, 16384, 1), (Impl::Wgmma, 128, 128, 1));
+        assert_eq!(tile(264, 16384, 1).1, 192);
         assert_eq!(tile(512, 16384, 1).1, 192);
         assert_eq!(tile(256, 2048, 1).1, 192);
+        assert_eq!(tile(256, 16384, 0), (Impl::Wgmma, 192, 128, 3));
+        // An unsplit decode step over pages takes 128 rows at any length (unpaged its tile by
+        // shape already has 128); a library without it (the first fallback, `Prefer::fill`
+        // off, which also drops `unsplit_decode`) gets the decode tile back.
+        for sk in [1024, 8192] {
+            let mut p = Problem::new(DType::Bf16, 2, 1, sk, 64, 8, 64, 64);
+            p.causal = true;
+            p.paged = Some(crate::runtime::Paged {
+                page_size: 16,
+                num_pages: 2 * sk / 16,
+                pages_per_seq: sk / 16,
+                page_table_stride: sk / 16,
+            });
+            p.k_strides = Strides::contiguous(16, 8, 64);
+            p.v_strides = p.k_strides;
+            let s = sel(&p, &H200);
+            assert_eq!(
+                (s.spec.imp, s.spec.tile_m, s.num_splits),
+                (Impl::Wgmma, 128, 1)
+            );
+            let v = p.validate().unwrap();
+            let old = select_with(&p, &v, &H200, Prefer::FALLBACKS[1]).unwrap();
+            assert!(old.decode_tile, "{sk}: {}", old.spec.stem());
+        }
     }
 
     #[test]

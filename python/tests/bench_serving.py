@@ -19,8 +19,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   decode-unsplit  unsplit decode steps (num_splits=1) on few CTAs, d 64 / 128 / 256, B 1..32, contiguous
              and pages of 16 / 128 (d 64 and 128), Sk in $DECODE_UNSPLIT_SK (4096 32768): GB/s and the kernel
              taken, outputs checked against fp32 up to 4k keys
-  decode-rows  unsplit steps of a few query rows: MHA with 1..64 queries (speculative decoding), GQA 8
-             with 8 queries, d 128, B 1 and 4, Sk in $DECODE_UNSPLIT_SK: GB/s and the kernel taken
+  decode-rows  unsplit steps of a few query rows: MHA with 1..64 queries (speculative decoding), B 1 and
+             4, and GQA 8 with 8 queries, B 1 and 8; d 128, Sk in $DECODE_UNSPLIT_SK: GB/s and the kernel
   window-decode  sliding-window decode steps (gpt-oss d64 window 128, Gemma-3 d256 window 1024),
              B in {1, 8, 64}, Sk in {4133, 32771}, contiguous and pages of 16 / 128, beside the same call
              on the window's keys sliced out (fa4gen dense, SDPA)
@@ -435,9 +435,9 @@ def decode_unsplit():
 
 def decode_rows():
     """Unsplit steps of a few query rows (num_splits=1): MHA (group 1) with 1 to 64 queries per
-    sequence (speculative decoding's verify step) and GQA 8 with 8 queries (64 packed rows), d 128,
-    B 1 and 4, over Sk in $DECODE_UNSPLIT_SK (4096 32768); GB/s of K + V and the kernel taken, each
-    output checked against fp32 up to 4k keys."""
+    sequence (speculative decoding's verify step), B 1 and 4, and GQA 8 with 8 queries (64 packed
+    rows), B 1 and 8; d 128, over Sk in $DECODE_UNSPLIT_SK (4096 32768); GB/s of K + V and the kernel
+    taken, each output checked against fp32 up to 4k keys."""
     for h, hkv, sq, b in [(32, 32, sq, b) for sq in (1, 4, 16, 64) for b in (1, 4)] + [(32, 8, 8, 1), (32, 8, 8, 8)]:
         d = 128
         for sk in [int(x) for x in os.environ.get("DECODE_UNSPLIT_SK", "4096 32768").split()]:

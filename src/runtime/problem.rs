@@ -101,10 +101,12 @@ pub struct Problem {
     /// kernel and an even number of Q blocks (causal: in whole, even runs) allow;
     /// `Some(false)`: never. For tuning.
     pub cta_pairs: Option<bool>,
-    /// Run the sm90 flagship on its 64-row fill tile (`SpecClass::flagship_fill`) where its
-    /// 128-row tiles would fill at most half the SMs. `None`: fa4gen's default (from
-    /// [`FILL_MIN_KEYS`](crate::select::FILL_MIN_KEYS) keys, unsplit); `Some(true)`: at any
-    /// length; `Some(false)`: never (the tile by shape). For tuning and tests.
+    /// Run the sm90 flagship on its 64-row fill tile (`SpecClass::flagship_fill`, d 65-128)
+    /// where its 128-row tiles would fill at most half the SMs, and at d <= 64 on its 128-row
+    /// tile (`SpecClass::flagship_one_round`) where those fit one per SM. `None`: fa4gen's
+    /// default (from [`FILL_MIN_KEYS`](crate::select::FILL_MIN_KEYS) keys, or an unsplit
+    /// decode step, unsplit); `Some(true)`: at any length; `Some(false)`: never (the tile by
+    /// shape). For tuning and tests.
     pub fill_tile: Option<bool>,
     /// Deal the last round of the sm90 flagship's persistent schedule as equal shares of K
     /// blocks, merging tiles split between two CTAs (`KernelSpec::wgmma_split_tail`). `None`:
