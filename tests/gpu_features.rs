@@ -883,14 +883,14 @@ fn flagship_packed_gqa() {
 /// Cases that force a flagship tile rule (`Problem::fill_tile`) with the serving features: per
 /// head dim in `dims`, unmasked and causal over each (q, k) layout, three sequences (random
 /// lengths up to 250 queries over up to 2000 keys, one of 0 or 1 queries or keys, one long),
-/// equal lengths where both are batched; GQA by turns from `groups`, packed where `packed(i, g)`,
+/// equal lengths where both are batched; GQA by turns from `groups`, packed where `packed(i)`,
 /// sinks, softcap 0 / 15 / 30, both dtypes by turns.
 fn forced_tile_cases(
     seed: u64,
     dims: &[usize],
     layouts: &[(bool, KLayout)],
     groups: &[usize],
-    packed: impl Fn(usize, usize) -> bool,
+    packed: impl Fn(usize) -> bool,
 ) -> Vec<Case> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut cases = Vec::new();
@@ -909,7 +909,7 @@ fn forced_tile_cases(
                 let g = groups[i % groups.len()];
                 let mut c = Case::flagship_layout(seqs, i, (d, d), g, (q_packed, k));
                 c.causal = causal;
-                c.pack_gqa = Some(packed(i, g) && g > 1);
+                c.pack_gqa = Some(packed(i) && g > 1);
                 c.sinks = i % 3 != 1;
                 c.softcap = [0.0, 15.0, 30.0][(i / 2) % 3];
                 c.fill = Some(true);
@@ -940,7 +940,7 @@ fn fill_serving_cases() -> Vec<Case> {
         (false, KLayout::Paged(8)),
         (true, KLayout::PagedSpaced(16)),
     ];
-    forced_tile_cases(67, &[96, 128], &layouts, &[1, 2, 4], |i, _| i % 4 == 3)
+    forced_tile_cases(67, &[96, 128], &layouts, &[1, 2, 4], |i| i % 4 == 3)
 }
 
 #[test]
@@ -986,7 +986,7 @@ fn one_round_serving_cases() -> Vec<Case> {
         (false, KLayout::Paged(8)),
         (true, KLayout::PagedSpaced(16)),
     ];
-    forced_tile_cases(73, &[64], &layouts, &[1, 2, 4, 8], |i, _| i % 5 != 3)
+    forced_tile_cases(73, &[64], &layouts, &[1, 2, 4, 8], |i| i % 5 != 3)
 }
 
 #[test]

@@ -632,9 +632,9 @@ def chunked():
     keys); num_splits=0 takes the split heuristic (on sm90 the flagship's own split-KV);
     explicit splits beside them; for d 65-128 the unsplit flagship forced onto its 128x128 and
     64x128 tiles, and the heuristic's split onto 128x128; for d 64 onto 192x128 (the table's)
-    and 128x128 (the one-round tile, `flagship_one_round`), the split onto 192x128. Causal is bottom-right (query i sees
-    Sk - Sq + i + 1 keys); SDPA's causal is top-left, so cuDNN runs beside the unmasked rows
-    only."""
+    and 128x128 (the one-round tile, `flagship_one_round`), the split onto 192x128. Causal is
+    bottom-right (query i sees Sk - Sq + i + 1 keys); SDPA's causal is top-left, so cuDNN runs
+    beside the unmasked rows only."""
     for b, sq, sk, h, hkv, d, causal in CHUNKED_SHAPES:
         n = copies_for(2 * b * (sq * h + 2 * sk * hkv) * d)
         qs = [torch.randn(b, sq, h, d, device=DEV, dtype=BF) for _ in range(n)]
@@ -676,8 +676,8 @@ def chunked_paged():
     """Chunked prefill over a paged cache (pages of 16 and 128 keys, shuffled), as an engine calls
     it: the default (num_splits=1: on sm90 the 64-row fill tile where 128-row tiles fill half the
     SMs or less; at d 64 the 128-row tile where those fit one round), the same forced onto 128x128
-    (d 64: 192x128), and the split heuristic (num_splits=0: the
-    flagship's split-KV), beside the default on contiguous K/V."""
+    (d 64: 192x128), and the split heuristic (num_splits=0: the flagship's split-KV), beside the
+    default on contiguous K/V."""
     for b, sq, sk, h, hkv, d in ((1, 128, 8192, 32, 8, 128), (1, 256, 32768, 32, 8, 128),
                                  (1, 128, 32768, 32, 8, 128), (2, 32, 8192, 64, 8, 128),
                                  (1, 256, 16384, 64, 8, 64)):
