@@ -765,6 +765,26 @@ pub fn select_with(
     } else {
         num_splits
     };
+    // The two rules below share their test (an unsplit flagship call on the table's tile of
+    // `tile_m` rows, without a caller's tile, long enough or forced by `Problem::fill_tile`,
+    // in a library that prefers the rule's tiles) and take the rule's tile where pages fit it.
+    let rule_applies = |tile_m: u32| {
+        num_splits == 1
+            && prefer.fill
+            && p.tile_mn.is_none()
+            && spec.imp == crate::spec::Impl::Wgmma
+            && spec.tile_m == tile_m
+            && p.fill_tile
+                .unwrap_or(p.seqlen_k >= FILL_MIN_KEYS || unsplit_decode)
+    };
+    let sclass = SpecClass {
+        pack_gqa: spec.pack_gqa,
+        ..class
+    };
+    let pages_fit = |s: &KernelSpec| {
+        p.paged
+            .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
+    };
     // A call of FILL_MIN_KEYS keys or more whose 128-row flagship tiles fill at most half the
     // SMs runs on the 64-row fill tile instead: twice the tiles, still one round
     // (`SpecClass::flagship_fill`). With varlen the count is an upper bound (the longest
@@ -774,26 +794,10 @@ pub fn select_with(
     // tiles fill FLAGSHIP_SPLIT_FILL of the SMs).
     // An unsplit decode step (`unsplit_decode`) takes it at any length: its few rows make
     // the 64-row tile the cheaper.
-    let fill = (num_splits == 1
-        && prefer.fill
-        && p.tile_mn.is_none()
-        && spec.imp == crate::spec::Impl::Wgmma
-        && spec.tile_m == 128
-        && p.fill_tile
-            .unwrap_or(p.seqlen_k >= FILL_MIN_KEYS || unsplit_decode)
-        && 2 * flagship_tiles <= device.sm_count as usize)
-        .then(|| {
-            SpecClass {
-                pack_gqa: spec.pack_gqa,
-                ..class
-            }
-            .flagship_fill()
-        })
+    let fill = (rule_applies(128) && 2 * flagship_tiles <= device.sm_count as usize)
+        .then(|| sclass.flagship_fill())
         .flatten()
-        .filter(|f| {
-            p.paged
-                .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, f.tile_n))
-        });
+        .filter(pages_fit);
     // A d <= 64 call (the table's 192-row tile; measured at d 64) of FILL_MIN_KEYS keys or
     // more whose 128-row tiles fit one per SM runs on them rather than on 192 rows
     // (`SpecClass::flagship_one_round`): one round either way, so the call takes one tile's
@@ -801,27 +805,11 @@ pub fn select_with(
     // over 16k: 0.183 -> 0.160 ms). An unsplit decode step takes it at any length, as it
     // takes the fill tile: unpaged, its tile by shape is already 128 rows at d 64, and paged
     // (pages of 16 and 128, B 1 and 8, 4k and 32k keys) 128 rows ran level with 192 to +2%.
-    let narrow = (fill.is_none()
-        && num_splits == 1
-        && prefer.fill
-        && p.tile_mn.is_none()
-        && spec.imp == crate::spec::Impl::Wgmma
-        && spec.tile_m == 192
-        && p.fill_tile
-            .unwrap_or(p.seqlen_k >= FILL_MIN_KEYS || unsplit_decode)
+    let narrow = (rule_applies(192)
         && rows.div_ceil(128) * heads * p.batch <= device.sm_count as usize)
-        .then(|| {
-            SpecClass {
-                pack_gqa: spec.pack_gqa,
-                ..class
-            }
-            .flagship_one_round()
-        })
+        .then(|| sclass.flagship_one_round())
         .flatten()
-        .filter(|s| {
-            p.paged
-                .is_none_or(|pg| crate::runtime::tma::page_fits(pg.page_size, s.tile_n))
-        });
+        .filter(pages_fit);
     let fill = fill.or(narrow);
     if let Some(fill) = fill {
         spec = fill;
