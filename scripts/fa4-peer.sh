@@ -19,6 +19,25 @@ DSL=4.8.1                    # nvidia-cutlass-dsl (FA4 asks >= 4.6.2)
 PARTS=/tmp/fa4parts
 SITE=/tmp/fa4site
 
+# FA4's forward at the #4 matrix's shape (B·S 16k, H·d 2048; d 192: H 16, dv 128), called $4
+# times: `python3 "$(fa4_call_script)" d s causal calls`.
+fa4_call_script() {
+  local f
+  f=$(mktemp --suffix=.py)
+  cat > "$f" <<'PY'
+import sys, torch
+from flash_attn.cute import flash_attn_func
+d, s, c, n = (int(x) for x in sys.argv[1:])
+b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
+q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+v = torch.randn(b, s, h, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
+for _ in range(n):
+    flash_attn_func(q, k, v, causal=bool(c))
+torch.cuda.synchronize()
+PY
+  echo "$f"
+}
+
 case ${1:-} in
   fetch)
     rm -rf .fa4whl && mkdir -p .fa4whl/all .fa4whl/a .fa4whl/b
@@ -74,24 +93,18 @@ PY
     eval "$("$SELF" env)"
     shift
     shapes=${*:-64,16384,0 256,16384,0}
+    call=$(fa4_call_script)
     for shape in $shapes; do
       IFS=, read -r d s c <<< "$shape"
       dump=$(mktemp -d)
-      CUTE_DSL_KEEP_CUBIN=1 CUTE_DSL_DUMP_DIR=$dump python3 - "$d" "$s" "$c" <<'PY'
-import sys, torch
-from flash_attn.cute import flash_attn_func
-d, s, c = (int(x) for x in sys.argv[1:])
-b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
-q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-v = torch.randn(b, s, h, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
-flash_attn_func(q, k, v, causal=bool(c)); torch.cuda.synchronize()
-PY
+      CUTE_DSL_KEEP_CUBIN=1 CUTE_DSL_DUMP_DIR=$dump python3 "$call" "$d" "$s" "$c" 1
       for f in $(find "$dump" -name '*.cubin'); do
         cuobjdump --dump-resource-usage "$f" | grep -E "Function|REG" | head -4
         cuobjdump --dump-sass "$f" > "${OUT:-/tmp}/fa4-$d-$s-$c.sass"
       done
       rm -rf "$dump"
     done
+    rm -f "$call"
     ls -la "${OUT:-/tmp}"/fa4-*.sass
     ;;
   profile)
@@ -104,18 +117,7 @@ PY
     shift
     out=${OUT:-/tmp}
     metrics=sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
-    call=$(mktemp --suffix=.py) failed=0
-    cat > "$call" <<'PY'
-import sys, torch
-from flash_attn.cute import flash_attn_func
-d, s, c = (int(x) for x in sys.argv[1:])
-b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
-q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-v = torch.randn(b, s, h, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
-for _ in range(4):
-    flash_attn_func(q, k, v, causal=bool(c))
-torch.cuda.synchronize()
-PY
+    call=$(fa4_call_script) failed=0
     for shape in ${*:-64,16384,0}; do
       IFS=, read -r d s c <<< "$shape"
       tag="$d"_"$s"_"$c"
@@ -123,7 +125,7 @@ PY
         rep="$out/ncu-$who-$tag"
         if [ $who = fa4 ]; then
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" "$d" "$s" "$c" > "$rep.log" 2>&1 && rc=0 || rc=$?
+              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
         else
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
               --metrics "$metrics" -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$shape" > "$rep.log" 2>&1 && rc=0 || rc=$?
