@@ -8,6 +8,7 @@
 #   device:  scripts/fa4-peer.sh check     # one FA4 call beside cuDNN
 #   device:  scripts/fa4-peer.sh sass [d,s,causal ...]   # FA4's kernels' SASS into $OUT
 #   device:  scripts/fa4-peer.sh profile [d,s,causal ...]   # ncu on FA4's and fa4gen's forward
+#            (PROFILE_WHO="fa4 fa4gen cudnn" adds torch SDPA's cuDNN kernel)
 #   device:  eval "$(scripts/fa4-peer.sh env)"; FA4_PEER=1 scripts/gpu-check.sh rounds
 # The wheels are unpacked, not pip-installed: pip would want the cu12 libraries the cutlass DSL's
 # metadata names (another 90 MB), and the DSL picks the cu13 flavour it finds (driver 580 = 13.0).
@@ -33,6 +34,25 @@ q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in ra
 v = torch.randn(b, s, h, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
 for _ in range(n):
     flash_attn_func(q, k, v, causal=bool(c))
+torch.cuda.synchronize()
+PY
+  echo "$f"
+}
+
+# torch SDPA on cuDNN's backend at the same shape, for `profile`'s third column.
+cudnn_call_script() {
+  local f
+  f=$(mktemp --suffix=.py)
+  cat > "$f" <<'PY'
+import sys, torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+d, s, c, n = (int(x) for x in sys.argv[1:])
+b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
+q, k = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+v = torch.randn(b, h, s, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    for _ in range(n):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(c))
 torch.cuda.synchronize()
 PY
   echo "$f"
@@ -117,15 +137,19 @@ PY
     shift
     out=${OUT:-/tmp}
     metrics=sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
-    call=$(fa4_call_script) failed=0
+    call=$(fa4_call_script) cudnn=$(cudnn_call_script) failed=0
     for shape in ${*:-64,16384,0}; do
       IFS=, read -r d s c <<< "$shape"
       tag="$d"_"$s"_"$c"
-      for who in fa4 fa4gen; do
+      for who in ${PROFILE_WHO:-fa4 fa4gen}; do
         rep="$out/ncu-$who-$tag"
         if [ $who = fa4 ]; then
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
               --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
+        elif [ $who = cudnn ]; then
+          # cuDNN's fused kernel is the one named for its fprop (torch's own kernels around it are not).
+          ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+              --metrics "$metrics" -k regex:'cudnn|fprop|sdpa' --launch-skip 2 -c 1 -f -o "$rep" python3 "$cudnn" "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
         else
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
               --metrics "$metrics" -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$shape" > "$rep.log" 2>&1 && rc=0 || rc=$?
@@ -153,7 +177,7 @@ PY
         rm -f "$rep.ncu-rep"
       done
     done
-    rm -f "$call"
+    rm -f "$call" "$cudnn"
     exit $failed
     ;;
   env)
