@@ -591,9 +591,9 @@ pub fn select_with(
     // d 64 H 64/8 B 1-16 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x; at 511 keys 0.99-1.59x,
     // at 1k 1.08-1.99x; MHA (group 1) d 128 with 1-64 queries, B 1 and 4, 1.06-2.07x (forty-
     // ninth session). At 128 and 256 keys the 16-row key-split tile is faster at d 64 and
-    // 128 (d 128 B 8: 922 against 749 and 1244 against 1165; at d 256 the flagship led by
-    // 1.12-1.15x), and with more CTAs than SMs the decode tile's own CTAs fill the SMs (B 32:
-    // the flagship 0.91x). Where the flagship has no tile for the call (pages TMA cannot load
+    // 128 (d 128 B 8: 922 against 749 and 1244 against 1165); at d 256 the flagship leads
+    // from 256 keys and draws level at 128 (`tiles::unsplit_decode_after_keys`). With more
+    // CTAs than SMs the decode tile's own CTAs fill the SMs (B 32: the flagship 0.91x). Where the flagship has no tile for the call (pages TMA cannot load
     // at these head dims) the decode tile stays; the first fallback (`Prefer::fill` off) gives
     // a library without the flagship's kernel the decode tile back.
     let unsplit_decode = flagship_fits
@@ -603,7 +603,7 @@ pub fn select_with(
         && rows <= crate::tiles::DECODE_ROWS
         && matches!(v.mask, Mask::None | Mask::Causal)
         && (flagship_packs || v.group == 1)
-        && p.seqlen_k > crate::tiles::KEY_SPLIT_MAX_KEYS
+        && p.seqlen_k > crate::tiles::unsplit_decode_after_keys(d)
         && p.batch.saturating_mul(p.heads_kv) <= device.sm_count as usize
         && flagship_tile(class).is_some();
     let flagship = flagship_fits && (flagship_rows > crate::tiles::DECODE_ROWS || unsplit_decode);
@@ -1861,6 +1861,21 @@ mod tests {
             (flagship(&s), s.spec.tile_m),
             ((Impl::Portable, true, 1), 16)
         );
+        // d 256 leaves the key-split tile from 129 keys (`tiles::unsplit_decode_after_keys`).
+        for (sk, d, on_flagship) in [
+            (129, 256, true),
+            (256, 256, true),
+            (128, 256, false),
+            (129, 128, false),
+        ] {
+            let s = step(8, 16, 8, sk, d);
+            assert_eq!(
+                (s.spec.imp == Impl::Wgmma, s.decode_tile),
+                (on_flagship, !on_flagship),
+                "d {d} over {sk} keys: {}",
+                s.spec.stem()
+            );
+        }
         // A window, a split, an unpacked group: the decode tile.
         let mut p = Problem::new(DType::Bf16, 2, 1, 8192, 32, 8, 128, 128);
         p.window = (Some(1024), Some(0));

@@ -612,6 +612,17 @@ fn run_case(
 }
 
 fn run_all(label: &str, cases: &[Case]) {
+    run_all_selecting(label, cases, |_, _| {});
+}
+
+/// `run_all`, where on the H200 (sm90, 132 SMs: the device the cases are sized for) each case's
+/// selection by the loaded library, fallbacks included, must also pass `check`: the kernel the
+/// CPU twin expects is the one that runs.
+fn run_all_selecting(
+    label: &str,
+    cases: &[Case],
+    check: impl Fn(&Case, &fa4gen::select::Selection),
+) {
     let Some((_ctx, stream, fa)) = setup() else {
         return;
     };
@@ -650,8 +661,13 @@ fn run_all(label: &str, cases: &[Case]) {
     // prefill-shaped ones, sinks and softcap included).
     let mut kernels = std::collections::BTreeMap::<String, usize>::new();
     let mut r = StdRng::seed_from_u64(0);
+    let on_h200 = fa.device().major == 9 && fa.device().sm_count == 132;
     for c in cases {
-        let name = match fa.plan(&build_problem_only(c, &mut r)) {
+        let planned = fa.plan(&build_problem_only(c, &mut r));
+        if let (true, Ok((_, s))) = (on_h200, &planned) {
+            check(c, s);
+        }
+        let name = match planned {
             Ok((_, s)) if s.spec.pack_gqa => format!("{}/packed", s.spec.imp.name()),
             Ok((_, s)) => s.spec.imp.name().to_string(),
             Err(_) => "none".to_string(),
@@ -925,8 +941,8 @@ fn forced_tile_cases(
 /// d 96 and 128, unmasked and causal, q packed or batched, k packed, batched or paged (pages of
 /// 8 to 256 keys incl. 48, shuffled, and pages two pages apart), lengths 0, 1 and up to 250
 /// queries over up to 2000 keys with Sq != Sk both ways, sinks and softcap 15 / 30, GQA packed
-/// and not; `Problem::fill_tile` forces the tile (the CPU test below checks that every case
-/// takes it: at most half the SMs' worth of 128-row tiles).
+/// and not; `Problem::fill_tile` forces the tile (at most half the SMs' worth of 128-row tiles;
+/// `expect_fill_tile` checks every case takes it, on the CPU twin below and on the GPU).
 fn fill_serving_cases() -> Vec<Case> {
     let layouts = [
         (true, KLayout::Packed),
@@ -945,7 +961,11 @@ fn fill_serving_cases() -> Vec<Case> {
 
 #[test]
 fn flagship_fill_serving() {
-    run_all("flagship_fill_serving", &fill_serving_cases());
+    run_all_selecting(
+        "flagship_fill_serving",
+        &fill_serving_cases(),
+        expect_fill_tile,
+    );
 }
 
 /// What selection picks on the H200 for each case, checked by `check` (CPU only).
@@ -962,10 +982,13 @@ fn each_h200_selection(cases: &[Case], check: impl Fn(&Case, &fa4gen::select::Se
 /// CPU: every fill-serving case selects the flagship's 64x128 fill tile with its features.
 #[test]
 fn fill_serving_cases_select_the_fill_tile() {
-    each_h200_selection(&fill_serving_cases(), |c, s| {
-        let got = (s.spec.tile_m, s.spec.tile_n, s.num_splits, s.spec.feat.sink);
-        assert_eq!(got, (64, 128, 1, c.sinks), "{}", c.name());
-    });
+    each_h200_selection(&fill_serving_cases(), expect_fill_tile);
+}
+
+/// The fill tile, unsplit, with the case's sink (on the CPU twin and on the GPU).
+fn expect_fill_tile(c: &Case, s: &fa4gen::select::Selection) {
+    let got = (s.spec.tile_m, s.spec.tile_n, s.num_splits, s.spec.feat.sink);
+    assert_eq!(got, (64, 128, 1, c.sinks), "{}", c.name());
 }
 
 /// The flagship's one-round 128-row tile at d 64 (`SpecClass::flagship_one_round`: chunked
@@ -973,8 +996,8 @@ fn fill_serving_cases_select_the_fill_tile() {
 /// the serving features: unmasked and causal, q packed or batched, k packed, batched or paged
 /// (pages of 16, 128, 48 and 8, shuffled, and pages two pages apart), lengths 0, 1 and up to
 /// 250 queries over up to 2000 keys with Sq != Sk both ways, sinks and softcap 15 / 30, GQA
-/// packed and not; `Problem::fill_tile` forces the rule (the CPU test below checks that every
-/// case takes 128x128 unsplit).
+/// packed and not; `Problem::fill_tile` forces the rule (`expect_one_round_tile` checks every
+/// case takes 128x128 unsplit, on the CPU twin below and on the GPU).
 fn one_round_serving_cases() -> Vec<Case> {
     let layouts = [
         (true, KLayout::Packed),
@@ -991,27 +1014,35 @@ fn one_round_serving_cases() -> Vec<Case> {
 
 #[test]
 fn flagship_one_round_serving() {
-    run_all("flagship_one_round_serving", &one_round_serving_cases());
+    run_all_selecting(
+        "flagship_one_round_serving",
+        &one_round_serving_cases(),
+        expect_one_round_tile,
+    );
 }
 
 /// CPU: every one-round case selects the flagship's 128x128 tile, unsplit, with its features.
 #[test]
 fn one_round_serving_cases_select_128_rows() {
-    each_h200_selection(&one_round_serving_cases(), |c, s| {
-        let got = (s.spec.tile_m, s.spec.tile_n, s.num_splits, s.spec.feat.sink);
-        assert_eq!(got, (128, 128, 1, c.sinks), "{}", c.name());
-    });
+    each_h200_selection(&one_round_serving_cases(), expect_one_round_tile);
+}
+
+/// The one-round 128x128 tile, unsplit, with the case's sink (on the CPU twin and on the GPU).
+fn expect_one_round_tile(c: &Case, s: &fa4gen::select::Selection) {
+    let got = (s.spec.tile_m, s.spec.tile_n, s.num_splits, s.spec.feat.sink);
+    assert_eq!(got, (128, 128, 1, c.sinks), "{}", c.name());
 }
 
 /// Unsplit decode steps (`num_splits = 1`, FA4's default) over caches past the key-split
-/// tile's 256 keys on fewer CTAs than SMs, which selection gives the flagship (its TMA ring
-/// keeps several K/V blocks in flight per CTA; the decode tile one): every flagship head dim,
-/// one to four queries per sequence (and one of none), longest sequences of 354 to 6.2k keys
-/// with one- and no-key sequences beside them, K batched (equal lengths, and per-sequence
-/// lengths through `seqused_k`), packed, or in shuffled pages of 16, 128 and 16 spaced; GQA 1,
-/// 4 and 8 packed, and 4 or 8 unpacked (the decode tile); causal and not, sinks, softcap, both
-/// dtypes. Pages of one key keep the decode tile (at d 96 TMA could describe them, but no
-/// flagship tile loads them). The CPU test below checks each case's kernel.
+/// tile's keys (256; d 256: 128) on fewer CTAs than SMs, which selection gives the flagship (its
+/// TMA ring keeps several K/V blocks in flight per CTA; the decode tile one): every flagship
+/// head dim, one to four queries per sequence (and one of none), longest sequences of 354 to
+/// 6.2k keys (d 256: 168-242 and 4.2k-6.1k) with one- and no-key sequences beside them, K
+/// batched (equal lengths, and per-sequence lengths through `seqused_k`), packed, or in
+/// shuffled pages of 16, 128 and 16 spaced; GQA 1, 4 and 8 packed, and 4 or 8 unpacked (the
+/// decode tile); causal and not, sinks, softcap, both dtypes. Pages of one key keep the decode
+/// tile (at d 96 TMA could describe them, but no flagship tile loads them).
+/// `expect_unsplit_decode` checks each case's kernel, on the CPU twin below and on the GPU.
 fn unsplit_decode_cases() -> Vec<Case> {
     let layouts = [
         (false, KLayout::Batched),
@@ -1028,8 +1059,11 @@ fn unsplit_decode_cases() -> Vec<Case> {
         for (j, hd) in dims.into_iter().enumerate() {
             let n = i * dims.len() + j;
             let sq = 1 + n % 4;
-            // Long caches, and short ones past the key-split tile's keys (the fill tile too).
-            let long = if n % 2 == 1 {
+            // Long caches, and short ones past the key-split tile's keys (the fill tile too;
+            // d 256 leaves it from 129 keys: `tiles::unsplit_decode_after_keys`).
+            let long = if n % 2 == 1 && hd.0 >= 256 {
+                129 + (97 * n) % 128
+            } else if n % 2 == 1 {
                 257 + 97 * n
             } else {
                 4096 + 61 * n
@@ -1055,7 +1089,11 @@ fn unsplit_decode_cases() -> Vec<Case> {
 
 #[test]
 fn unsplit_decode() {
-    run_all("unsplit_decode", &unsplit_decode_cases());
+    run_all_selecting(
+        "unsplit_decode",
+        &unsplit_decode_cases(),
+        expect_unsplit_decode,
+    );
 }
 
 /// CPU: the unsplit decode cases run on the flagship, unsplit, except those the flagship cannot
@@ -1065,23 +1103,35 @@ fn unsplit_decode_cases_select_the_flagship() {
     let mut rng = StdRng::seed_from_u64(0);
     let (mut on_flagship, mut on_decode_tile) = (0, 0);
     for c in &unsplit_decode_cases() {
-        let s = h200_selection(c, &mut rng);
-        let flagship =
-            c.k != KLayout::Paged(1) && (c.pack_gqa != Some(false) || c.heads == c.heads_kv);
-        let got = (s.spec.imp, s.decode_tile, s.num_splits, s.spec.feat.split);
-        let want = if flagship {
+        expect_unsplit_decode(c, &h200_selection(c, &mut rng));
+        if unsplit_decode_on_flagship(c) {
             on_flagship += 1;
-            (fa4gen::spec::Impl::Wgmma, false, 1, false)
         } else {
             on_decode_tile += 1;
-            (fa4gen::spec::Impl::Portable, true, 1, false)
-        };
-        assert_eq!(got, want, "{}: {}", c.name(), s.spec.stem());
+        }
     }
     assert!(
         on_flagship >= 25 && on_decode_tile >= 5,
         "{on_flagship} / {on_decode_tile}"
     );
+}
+
+/// Whether an unsplit decode case goes to the flagship: all but pages of one key and unpacked
+/// GQA, which keep the decode tile.
+fn unsplit_decode_on_flagship(c: &Case) -> bool {
+    c.k != KLayout::Paged(1) && (c.pack_gqa != Some(false) || c.heads == c.heads_kv)
+}
+
+/// The flagship or the decode tile as `unsplit_decode_on_flagship` says, unsplit either way
+/// (on the CPU twin and on the GPU).
+fn expect_unsplit_decode(c: &Case, s: &fa4gen::select::Selection) {
+    let got = (s.spec.imp, s.decode_tile, s.num_splits, s.spec.feat.split);
+    let want = if unsplit_decode_on_flagship(c) {
+        (fa4gen::spec::Impl::Wgmma, false, 1, false)
+    } else {
+        (fa4gen::spec::Impl::Portable, true, 1, false)
+    };
+    assert_eq!(got, want, "{}: {}", c.name(), s.spec.stem());
 }
 
 /// Split-KV on the sm90 flagship (`Features::split` on `Impl::Wgmma`: shares of each tile's

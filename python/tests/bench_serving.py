@@ -393,9 +393,13 @@ def decode():
 def decode_unsplit():
     """Unsplit decode steps (num_splits=1, FA4's default) on few CTAs: d 64 / 128 / 256, B 1..32,
     contiguous and paged K/V, GB/s of K + V with the kernel taken; up to Sk 4k each output is checked
-    against an fp32 reference first."""
+    against an fp32 reference first. DECODE_UNSPLIT_SK and DECODE_UNSPLIT_D pick the lengths and
+    head dims."""
     shapes = [(128, 32, 8, b) for b in (1, 4, 8, 16, 32)] + [(64, 64, 8, b) for b in (1, 8, 16)] + \
         [(256, 16, 8, b) for b in (1, 8)]
+    # DECODE_UNSPLIT_D="256" keeps those head dims only.
+    dims = [int(x) for x in os.environ.get("DECODE_UNSPLIT_D", "").split()]
+    shapes = [s for s in shapes if not dims or s[0] in dims]
     for d, h, hkv, b in shapes:
         for sk in [int(x) for x in os.environ.get("DECODE_UNSPLIT_SK", "4096 32768").split()]:
             kv_bytes = 2 * b * sk * hkv * d * 2
