@@ -20,39 +20,29 @@ DSL=4.8.1                    # nvidia-cutlass-dsl (FA4 asks >= 4.6.2)
 PARTS=/tmp/fa4parts
 SITE=/tmp/fa4site
 
-# FA4's forward at the #4 matrix's shape (B·S 16k, H·d 2048; d 192: H 16, dv 128), called $4
-# times: `python3 "$(fa4_call_script)" d s causal calls`.
-fa4_call_script() {
+# A peer's forward at the #4 matrix's shape (B·S 16k, H·d 2048; d 192: H 16, dv 128), called
+# $5 times: `python3 "$(peer_call_script)" fa4|cudnn d s causal calls`. fa4 is FA4's
+# flash_attn_func; cudnn is torch SDPA on its cuDNN backend.
+peer_call_script() {
   local f
   f=$(mktemp --suffix=.py)
   cat > "$f" <<'PY'
 import sys, torch
-from flash_attn.cute import flash_attn_func
-d, s, c, n = (int(x) for x in sys.argv[1:])
+who = sys.argv[1]
+d, s, c, n = (int(x) for x in sys.argv[2:])
 b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
-q, k = (torch.randn(b, s, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-v = torch.randn(b, s, h, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
-for _ in range(n):
-    flash_attn_func(q, k, v, causal=bool(c))
-torch.cuda.synchronize()
-PY
-  echo "$f"
-}
-
-# torch SDPA on cuDNN's backend at the same shape, for `profile`'s third column.
-cudnn_call_script() {
-  local f
-  f=$(mktemp --suffix=.py)
-  cat > "$f" <<'PY'
-import sys, torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
-d, s, c, n = (int(x) for x in sys.argv[1:])
-b, h = max(16384 // s, 1), (16 if d == 192 else 2048 // d)
-q, k = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-v = torch.randn(b, h, s, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
-with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+rows = (b, s, h) if who == "fa4" else (b, h, s)  # FA4 takes (B, S, H, d), SDPA (B, H, S, d)
+q, k = (torch.randn(*rows, d, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+v = torch.randn(*rows, 128 if d == 192 else d, device="cuda", dtype=torch.bfloat16)
+if who == "fa4":
+    from flash_attn.cute import flash_attn_func
     for _ in range(n):
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(c))
+        flash_attn_func(q, k, v, causal=bool(c))
+else:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        for _ in range(n):
+            torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(c))
 torch.cuda.synchronize()
 PY
   echo "$f"
@@ -113,11 +103,11 @@ PY
     eval "$("$SELF" env)"
     shift
     shapes=${*:-64,16384,0 256,16384,0}
-    call=$(fa4_call_script)
+    call=$(peer_call_script)
     for shape in $shapes; do
       IFS=, read -r d s c <<< "$shape"
       dump=$(mktemp -d)
-      CUTE_DSL_KEEP_CUBIN=1 CUTE_DSL_DUMP_DIR=$dump python3 "$call" "$d" "$s" "$c" 1
+      CUTE_DSL_KEEP_CUBIN=1 CUTE_DSL_DUMP_DIR=$dump python3 "$call" fa4 "$d" "$s" "$c" 1
       for f in $(find "$dump" -name '*.cubin'); do
         cuobjdump --dump-resource-usage "$f" | grep -E "Function|REG" | head -4
         cuobjdump --dump-sass "$f" > "${OUT:-/tmp}/fa4-$d-$s-$c.sass"
@@ -128,16 +118,17 @@ PY
     ls -la "${OUT:-/tmp}"/fa4-*.sass
     ;;
   profile)
-    # Nsight Compute on FA4's forward and on fa4gen's (the staged bench_fwd) at the #4 matrix's
-    # shape ("d,s,causal"; default d 64 16k full): gpu-check.sh profile's speed-of-light,
-    # workload, warp-state and scheduler sections plus the pipes' utilisation, into
-    # $OUT/ncu-{fa4,fa4gen}-<d>_<s>_<causal>*. FA4's third launch is the one profiled (its
-    # first call compiles). A failed profile is reported and the next one runs.
+    # Nsight Compute on FA4's forward and on fa4gen's (the staged bench_fwd), and with
+    # PROFILE_WHO naming it on cuDNN's (torch SDPA), at the #4 matrix's shape ("d,s,causal";
+    # default d 64 16k full): gpu-check.sh profile's speed-of-light, workload, warp-state and
+    # scheduler sections plus the pipes' utilisation, into $OUT/ncu-<who>-<d>_<s>_<causal>*.
+    # The peers' third launch is the one profiled (FA4's first call compiles, cuDNN's builds its
+    # plan). A failed profile is reported and the next one runs.
     eval "$("$SELF" env)"
     shift
     out=${OUT:-/tmp}
     metrics=sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
-    call=$(fa4_call_script) cudnn=$(cudnn_call_script) failed=0
+    call=$(peer_call_script) failed=0
     for shape in ${*:-64,16384,0}; do
       IFS=, read -r d s c <<< "$shape"
       tag="$d"_"$s"_"$c"
@@ -145,11 +136,11 @@ PY
         rep="$out/ncu-$who-$tag"
         if [ $who = fa4 ]; then
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
+              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" fa4 "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
         elif [ $who = cudnn ]; then
           # cuDNN's fused kernel is the one named for its fprop (torch's own kernels around it are not).
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:'cudnn|fprop|sdpa' --launch-skip 2 -c 1 -f -o "$rep" python3 "$cudnn" "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
+              --metrics "$metrics" -k regex:'cudnn|fprop|sdpa' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" cudnn "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
         else
           ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
               --metrics "$metrics" -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$shape" > "$rep.log" 2>&1 && rc=0 || rc=$?
@@ -177,7 +168,7 @@ PY
         rm -f "$rep.ncu-rep"
       done
     done
-    rm -f "$call" "$cudnn"
+    rm -f "$call"
     exit $failed
     ;;
   env)
