@@ -104,6 +104,7 @@ PY
     shift
     shapes=${*:-64,16384,0 256,16384,0}
     call=$(peer_call_script)
+    trap 'rm -f "$call"' EXIT
     for shape in $shapes; do
       IFS=, read -r d s c <<< "$shape"
       dump=$(mktemp -d)
@@ -114,7 +115,6 @@ PY
       done
       rm -rf "$dump"
     done
-    rm -f "$call"
     ls -la "${OUT:-/tmp}"/fa4-*.sass
     ;;
   profile)
@@ -129,22 +129,22 @@ PY
     out=${OUT:-/tmp}
     metrics=sm__inst_executed_pipe_tensor_op_hmma.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active,sm__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second
     call=$(peer_call_script) failed=0
+    trap 'rm -f "$call"' EXIT
     for shape in ${*:-64,16384,0}; do
       IFS=, read -r d s c <<< "$shape"
       tag="$d"_"$s"_"$c"
       for who in ${PROFILE_WHO:-fa4 fa4gen}; do
         rep="$out/ncu-$who-$tag"
-        if [ $who = fa4 ]; then
-          ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:'[Ff]lash|[Ff]wd' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" fa4 "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
-        elif [ $who = cudnn ]; then
-          # cuDNN's fused kernel is the one named for its fprop (torch's own kernels around it are not).
-          ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:'cudnn|fprop|sdpa' --launch-skip 2 -c 1 -f -o "$rep" python3 "$call" cudnn "$d" "$s" "$c" 4 > "$rep.log" 2>&1 && rc=0 || rc=$?
-        else
-          ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
-              --metrics "$metrics" -k regex:fwd -c 1 -f -o "$rep" .stage/bin/bench_fwd .stage/generated --one "$shape" > "$rep.log" 2>&1 && rc=0 || rc=$?
-        fi
+        # What each profiles: its program and the kernel name that picks its forward out.
+        case "$who" in
+          fa4) prog=(python3 "$call" fa4 "$d" "$s" "$c" 4) kernel='[Ff]lash|[Ff]wd' skip=2 ;;
+          # cuDNN's fused kernel is the one named for its fprop (torch's own kernels are not).
+          cudnn) prog=(python3 "$call" cudnn "$d" "$s" "$c" 4) kernel='cudnn|fprop|sdpa' skip=2 ;;
+          fa4gen) prog=(.stage/bin/bench_fwd .stage/generated --one "$shape") kernel=fwd skip=0 ;;
+          *) echo "PROFILE_WHO: unknown '$who' (fa4, fa4gen, cudnn)" >&2; failed=1; continue ;;
+        esac
+        ncu --section SpeedOfLight --section ComputeWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+            --metrics "$metrics" -k regex:"$kernel" --launch-skip "$skip" -c 1 -f -o "$rep" "${prog[@]}" > "$rep.log" 2>&1 && rc=0 || rc=$?
         echo "ncu $who $shape: rc=$rc"
         [ "$rc" = 0 ] && [ -f "$rep.ncu-rep" ] || { tail -20 "$rep.log"; failed=1; continue; }
         ncu -i "$rep.ncu-rep" --page details > "$rep.txt" 2>&1 || true
@@ -168,7 +168,6 @@ PY
         rm -f "$rep.ncu-rep"
       done
     done
-    rm -f "$call"
     exit $failed
     ;;
   env)

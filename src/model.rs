@@ -500,6 +500,70 @@ mod tests {
         }
     }
 
+    /// Every model plan holds the kernel selection takes on the H200 for its decode steps and
+    /// short chunks (1-32 queries, B 1-16, 129 keys to 4k, dense and pages of 16 and 128, LSE or
+    /// not, split or not, each of its masks), so the runtime never falls back to another tile
+    /// for them: around `tiles::unsplit_decode_after_keys` the decode tile gives way to the
+    /// flagship's by-shape and paged tiles.
+    #[test]
+    fn plans_hold_what_decode_steps_select() {
+        use crate::runtime::{Paged, Problem, Strides};
+        let dev = crate::select::H200;
+        let mut seen = 0;
+        for (name, text) in MODELS {
+            let m = ModelAttention::from_hf_config(text).unwrap();
+            let plan = m.plan(Arch::Sm90);
+            let (h, hkv) = (m.heads as usize, m.heads_kv as usize);
+            let (d, dv) = (m.head_dim as usize, m.head_dim_v as usize);
+            let mut masks = Vec::new();
+            if m.full_layers {
+                masks.push((true, None));
+            }
+            if let Some(w) = m.sliding_window {
+                masks.push((false, Some(w as i64 - 1)));
+            }
+            for (causal, left) in masks {
+                for (b, sq, sk) in [1, 8, 16]
+                    .into_iter()
+                    .flat_map(|b| [1, 4, 32].map(|sq| (b, sq)))
+                    .flat_map(|(b, sq)| [129, 200, 256, 300, 1000, 4096].map(|sk| (b, sq, sk)))
+                {
+                    for page in [None, Some(16), Some(128)] {
+                        for (lse, splits) in [(false, 1), (true, 1), (false, 0)] {
+                            let mut p = Problem::new(m.dtype, b, sq, sk, h, hkv, d, dv);
+                            p.causal = causal;
+                            p.window = (left, left.map(|_| 0));
+                            p.return_lse = lse;
+                            p.num_splits = splits;
+                            p.sinks = m.sinks;
+                            p.softcap = m.softcap.unwrap_or(0.0);
+                            if let Some(page) = page {
+                                p.paged = Some(Paged {
+                                    page_size: page,
+                                    num_pages: b * sk.div_ceil(page),
+                                    pages_per_seq: sk.div_ceil(page),
+                                    page_table_stride: sk.div_ceil(page),
+                                });
+                                p.k_strides = Strides::contiguous(page, hkv, d);
+                                p.v_strides = Strides::contiguous(page, hkv, dv);
+                            }
+                            let Ok(v) = p.validate() else { continue };
+                            let s = crate::select::select(&p, &v, &dev).unwrap();
+                            assert!(
+                                plan.contains(&s.spec),
+                                "{name}: B {b} Sq {sq} Sk {sk} pages {page:?} lse {lse} splits \
+                                 {splits} causal {causal} window {left:?}: {} not in the plan",
+                                s.spec.stem()
+                            );
+                            seen += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen > 1000, "{seen}");
+    }
+
     #[test]
     fn bad_configs_name_the_field() {
         for (text, field) in [

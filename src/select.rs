@@ -581,7 +581,8 @@ pub fn select_with(
             },
         }
     };
-    // An unsplit decode step (num_splits = 1, FA4's default) past the key-split tile's keys on
+    // An unsplit decode step (num_splits = 1, FA4's default) past the key-split tile's keys
+    // (`tiles::unsplit_decode_after_keys`) on
     // at most one CTA per SM is bound by each CTA's own load rate: the decode tile keeps one K
     // or V block in flight, the flagship's TMA ring several (on its 64-row fill tile where it
     // has one and the tiles fit one round, at any length). H200, Sq 1, causal, GB/s of K + V,
@@ -592,8 +593,9 @@ pub fn select_with(
     // at 1k 1.08-1.99x; MHA (group 1) d 128 with 1-64 queries, B 1 and 4, 1.06-2.07x (forty-
     // ninth session). At 128 and 256 keys the 16-row key-split tile is faster at d 64 and
     // 128 (d 128 B 8: 922 against 749 and 1244 against 1165); at d 256 the flagship leads
-    // from 256 keys and draws level at 128 (`tiles::unsplit_decode_after_keys`). With more
-    // CTAs than SMs the decode tile's own CTAs fill the SMs (B 32: the flagship 0.91x). Where the flagship has no tile for the call (pages TMA cannot load
+    // it from 160 keys and draws level at 128, so there a step of at most 16 rows leaves it
+    // past 128 keys (`tiles::unsplit_decode_after_keys`). With more CTAs than SMs the decode
+    // tile's own CTAs fill the SMs (B 32: the flagship 0.91x). Where the flagship has no tile for the call (pages TMA cannot load
     // at these head dims) the decode tile stays; the first fallback (`Prefer::fill` off) gives
     // a library without the flagship's kernel the decode tile back.
     let unsplit_decode = flagship_fits
@@ -603,7 +605,7 @@ pub fn select_with(
         && rows <= crate::tiles::DECODE_ROWS
         && matches!(v.mask, Mask::None | Mask::Causal)
         && (flagship_packs || v.group == 1)
-        && p.seqlen_k > crate::tiles::unsplit_decode_after_keys(d)
+        && p.seqlen_k > crate::tiles::unsplit_decode_after_keys(d, dv, rows)
         && p.batch.saturating_mul(p.heads_kv) <= device.sm_count as usize
         && flagship_tile(class).is_some();
     let flagship = flagship_fits && (flagship_rows > crate::tiles::DECODE_ROWS || unsplit_decode);
@@ -1103,8 +1105,8 @@ mod tests {
         sw.heads = 8;
         assert_eq!(sel(&sw, &H200).spec.tile_n, 128);
         // A decode-shaped call (at most 64 packed rows) takes the decode tile with the split
-        // heuristic, and unsplit over at most the key-split tile's keys; unsplit over more, on
-        // at most one CTA per SM, the packed flagship (`unsplit_decode`).
+        // heuristic, and unsplit over at most the key-split tile's keys (d 256: 128); unsplit
+        // over more, on at most one CTA per SM, the packed flagship (`unsplit_decode`).
         let mut d = Problem::new(DType::Bf16, 2, 8, 1000, 64, 8, 64, 64);
         let s = sel(&d, &H200);
         assert_eq!((s.spec.imp, s.spec.pack_gqa), (Impl::Wgmma, true));
@@ -1861,7 +1863,8 @@ mod tests {
             (flagship(&s), s.spec.tile_m),
             ((Impl::Portable, true, 1), 16)
         );
-        // d 256 leaves the key-split tile from 129 keys (`tiles::unsplit_decode_after_keys`).
+        // d 256 leaves the key-split tile from 129 keys (`tiles::unsplit_decode_after_keys`),
+        // where both head dims are 256 and the rows the key-split tile's (at most 16).
         for (sk, d, on_flagship) in [
             (129, 256, true),
             (256, 256, true),
@@ -1873,6 +1876,19 @@ mod tests {
                 (s.spec.imp == Impl::Wgmma, s.decode_tile),
                 (on_flagship, !on_flagship),
                 "d {d} over {sk} keys: {}",
+                s.spec.stem()
+            );
+        }
+        for (sq, group, dv, on_flagship) in
+            [(8, 2, 256, true), (16, 2, 256, false), (1, 2, 128, false)]
+        {
+            let mut p = Problem::new(DType::Bf16, 8, sq, 200, 8 * group, 8, 256, dv);
+            p.causal = true;
+            let s = sel(&p, &H200);
+            assert_eq!(
+                (s.spec.imp == Impl::Wgmma, s.decode_tile),
+                (on_flagship, !on_flagship),
+                "Sq {sq} x G {group}, dv {dv}: {}",
                 s.spec.stem()
             );
         }

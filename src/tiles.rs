@@ -589,14 +589,20 @@ pub const DECODE_ROWS: usize = 64;
 /// a dearer combine over more splits; B 8 4k 35.0 -> 36.1; Gemma-3's d 256 1k window 7.0 -> 7.2).
 pub const KEY_SPLIT_MAX_KEYS: usize = 256;
 
-/// The keys past which an unsplit decode step (`num_splits = 1`) leaves the key-split tile for
-/// the sm90 flagship's TMA ring (select.rs, `unsplit_decode`): the key-split tile's own bound,
-/// except at d 256, whose blocks cost the one-block-in-flight tile more. H200, Sq 1, causal,
-/// H 16/8, GB/s, key-split tile -> flagship (forty-eighth session): 256 keys B 1 205 -> 229 and
-/// B 8 1409 -> 1625 (1.12 / 1.15x); 128 keys 134 -> 129 and 965 -> 964, level, so d 256 starts
-/// past 128.
-pub fn unsplit_decode_after_keys(d: u32) -> usize {
-    if d >= 256 { 128 } else { KEY_SPLIT_MAX_KEYS }
+/// The keys past which an unsplit decode step (`num_splits = 1`) of `rows` packed rows leaves
+/// the decode tile for the sm90 flagship's TMA ring (select.rs, `unsplit_decode`): the key-split
+/// tile's own bound, except for the key-split tile's rows (at most 16) at d 256 (qk and v),
+/// whose blocks cost the one-block-in-flight tile more. H200, Sq 1, causal, H 16/8, GB/s,
+/// key-split tile -> flagship: 256 keys B 1 205 -> 229 and B 8 1409 -> 1625 (1.12 / 1.15x),
+/// 128 keys 134 -> 129 and 965 -> 964, level (forty-eighth session); 160 and 200 keys B 1
+/// 1.18 / 1.17x, B 8 1.14 / 1.24x (fiftieth). So those start past 128. Not measured: more
+/// rows (the 64-row decode tile), other head dims, pages.
+pub fn unsplit_decode_after_keys(d: u32, dv: u32, rows: usize) -> usize {
+    if d.min(dv) >= 256 && rows <= 16 {
+        128
+    } else {
+        KEY_SPLIT_MAX_KEYS
+    }
 }
 
 /// Whether the sm90 flagship packs GQA by default at every query length for these head dims

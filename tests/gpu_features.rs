@@ -1037,8 +1037,8 @@ fn expect_one_round_tile(c: &Case, s: &fa4gen::select::Selection) {
 /// tile's keys (256; d 256: 128) on fewer CTAs than SMs, which selection gives the flagship (its
 /// TMA ring keeps several K/V blocks in flight per CTA; the decode tile one): every flagship
 /// head dim, one to four queries per sequence (and one of none), longest sequences of 354 to
-/// 6.2k keys (d 256: 168-242 and 4.2k-6.1k) with one- and no-key sequences beside them, K
-/// batched (equal lengths, and per-sequence lengths through `seqused_k`), packed, or in
+/// 6.2k keys (d 256: 168, 188 and 242, and 4.2k-6.0k) with one- and no-key sequences beside
+/// them, K batched (equal lengths, and per-sequence lengths through `seqused_k`), packed, or in
 /// shuffled pages of 16, 128 and 16 spaced; GQA 1, 4 and 8 packed, and 4 or 8 unpacked (the
 /// decode tile); causal and not, sinks, softcap, both dtypes. Pages of one key keep the decode
 /// tile (at d 96 TMA could describe them, but no flagship tile loads them).
@@ -1059,9 +1059,11 @@ fn unsplit_decode_cases() -> Vec<Case> {
         for (j, hd) in dims.into_iter().enumerate() {
             let n = i * dims.len() + j;
             let sq = 1 + n % 4;
-            // Long caches, and short ones past the key-split tile's keys (the fill tile too;
-            // d 256 leaves it from 129 keys: `tiles::unsplit_decode_after_keys`).
-            let long = if n % 2 == 1 && hd.0 >= 256 {
+            // Long caches, and short ones past the key-split tile's keys (on the fill tile
+            // where the head dim has one); d 256's short ones from 129 keys, at most 16 rows
+            // (`tiles::unsplit_decode_after_keys`), packed, causal and not, paged and not.
+            let short256 = n % 2 == 1 && hd.0 >= 256;
+            let long = if short256 {
                 129 + (97 * n) % 128
             } else if n % 2 == 1 {
                 257 + 97 * n
@@ -1071,14 +1073,20 @@ fn unsplit_decode_cases() -> Vec<Case> {
             let seqs = if !q_packed && k == KLayout::Batched {
                 vec![(sq, long); 3] // dense: equal lengths
             } else {
-                vec![(sq, long), (sq, 1), (sq, long / 2 + 3), (0, 300), (sq, 0)]
+                // (The sequence of no queries stays within the call's longest cache.)
+                let none = (0, 300.min(long));
+                vec![(sq, long), (sq, 1), (sq, long / 2 + 3), none, (sq, 0)]
             };
             let g = [1, 4, 8][n % 3];
             let mut c = Case::flagship_layout(seqs, n, hd, g, (q_packed, k));
-            c.causal = n % 2 == 0;
+            c.causal = n % 2 == 0 || (short256 && n % 4 == 3);
             c.sinks = n % 3 == 1;
-            c.softcap = if n % 5 == 2 { 30.0 } else { 0.0 };
-            if n % 7 == 3 && g > 1 {
+            c.softcap = if n % 5 == 2 && !(short256 && n % 3 != 1) {
+                30.0
+            } else {
+                0.0
+            };
+            if n % 7 == 3 && g > 1 && !short256 {
                 c.pack_gqa = Some(false);
             }
             cases.push(c);
@@ -1598,8 +1606,8 @@ fn decode_key_split() {
 /// CPU: every key-split case selects the portable kernel on a 16-row tile (four warps along
 /// the keys). Unforced, the packed decode steps among them select it where a CTA sees at most
 /// `KEY_SPLIT_MAX_KEYS` keys (the window's, or the longest sequence's), and the 64-row tile
-/// where it sees more, except unsplit unwindowed steps over more keys than the 16-row tile
-/// serves, which take the flagship.
+/// where it sees more, except unsplit unwindowed steps past `tiles::unsplit_decode_after_keys`
+/// (the 16-row tile's keys; d 256: 128), which take the flagship.
 #[test]
 fn decode_key_split_cases_select_it() {
     let mut rng = StdRng::seed_from_u64(0);
@@ -1626,10 +1634,11 @@ fn decode_key_split_cases_select_it() {
             let s = h200_selection(&free, &mut rng).spec;
             // An unsplit step over a long cache goes to the flagship (`unsplit_decode_cases`),
             // which has no d 40.
+            let rows = max_sq * c.heads / c.heads_kv;
             let flagship = c.num_splits == 1
                 && c.d != 40
                 && c.window == (None, None)
-                && max_sk > fa4gen::tiles::KEY_SPLIT_MAX_KEYS
+                && max_sk > fa4gen::tiles::unsplit_decode_after_keys(c.d as u32, c.dv as u32, rows)
                 && c.k != KLayout::Paged(1);
             let ok = if flagship {
                 s.imp == fa4gen::spec::Impl::Wgmma

@@ -17,8 +17,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              page 128: split-KV (heuristic) and unsplit, as KV bandwidth, beside SDPA; plus a
              check that a captured decode step replays to the eager result bit for bit
   decode-unsplit  unsplit decode steps (num_splits=1) on few CTAs, d 64 / 128 / 256, B 1..32, contiguous
-             and pages of 16 / 128 (d 64 and 128), Sk in $DECODE_UNSPLIT_SK (4096 32768): GB/s and the kernel
-             taken, outputs checked against fp32 up to 4k keys
+             and pages of 16 / 128 (d 64 and 128), Sk in $DECODE_UNSPLIT_SK (4096 32768), head dims in
+             $DECODE_UNSPLIT_D (all): GB/s and the kernel taken, outputs checked against fp32 up to 4k keys
   decode-rows  unsplit steps of a few query rows: MHA with 1..64 queries (speculative decoding), B 1 and
              4, and GQA 8 with 8 queries, B 1 and 8; d 128, Sk in $DECODE_UNSPLIT_SK: GB/s and the kernel
   window-decode  sliding-window decode steps (gpt-oss d64 window 128, Gemma-3 d256 window 1024),
@@ -397,9 +397,11 @@ def decode_unsplit():
     head dims."""
     shapes = [(128, 32, 8, b) for b in (1, 4, 8, 16, 32)] + [(64, 64, 8, b) for b in (1, 8, 16)] + \
         [(256, 16, 8, b) for b in (1, 8)]
-    # DECODE_UNSPLIT_D="256" keeps those head dims only.
-    dims = [int(x) for x in os.environ.get("DECODE_UNSPLIT_D", "").split()]
+    # DECODE_UNSPLIT_D="256" (or "64,128") keeps those head dims only.
+    dims = [int(x) for x in os.environ.get("DECODE_UNSPLIT_D", "").replace(",", " ").split()]
     shapes = [s for s in shapes if not dims or s[0] in dims]
+    if not shapes:
+        sys.exit(f"DECODE_UNSPLIT_D={dims}: no decode-unsplit shape has these head dims (64, 128, 256)")
     for d, h, hkv, b in shapes:
         for sk in [int(x) for x in os.environ.get("DECODE_UNSPLIT_SK", "4096 32768").split()]:
             kv_bytes = 2 * b * sk * hkv * d * 2
