@@ -582,22 +582,22 @@ pub fn select_with(
         }
     };
     // An unsplit decode step (num_splits = 1, FA4's default) past the key-split tile's keys
-    // (`tiles::unsplit_decode_after_keys`) on
-    // at most one CTA per SM is bound by each CTA's own load rate: the decode tile keeps one K
-    // or V block in flight, the flagship's TMA ring several (on its 64-row fill tile where it
-    // has one and the tiles fit one round, at any length). H200, Sq 1, causal, GB/s of K + V,
-    // decode tile -> flagship (`bench_serving.py decode-unsplit`, forty-eighth session):
-    // d 128 H 32/8 B 1 248 -> 472 (4k) and 269 -> 525 (32k), B 8 1946 -> 3555 and 2060 ->
-    // 4008, B 16 (128 CTAs) 3521 -> 3833; pages of 16 139 -> 367 (B 1) and 1089 -> 2768 (B 8);
-    // d 64 H 64/8 B 1-16 1.43-1.82x; d 256 H 16/8 B 1-8 1.89-2.53x; at 511 keys 0.99-1.59x,
-    // at 1k 1.08-1.99x; MHA (group 1) d 128 with 1-64 queries, B 1 and 4, 1.06-2.07x (forty-
-    // ninth session). At 128 and 256 keys the 16-row key-split tile is faster at d 64 and
-    // 128 (d 128 B 8: 922 against 749 and 1244 against 1165); at d 256 the flagship leads
-    // it from 160 keys and draws level at 128, so there a step of at most 16 rows leaves it
-    // past 128 keys (`tiles::unsplit_decode_after_keys`). With more CTAs than SMs the decode
-    // tile's own CTAs fill the SMs (B 32: the flagship 0.91x). Where the flagship has no tile for the call (pages TMA cannot load
-    // at these head dims) the decode tile stays; the first fallback (`Prefer::fill` off) gives
-    // a library without the flagship's kernel the decode tile back.
+    // (`tiles::unsplit_decode_after_keys`) on at most one CTA per SM is bound by each CTA's own
+    // load rate: the decode tile keeps one K or V block in flight, the flagship's TMA ring
+    // several (on its 64-row fill tile where it has one and the tiles fit one round, at any
+    // length). H200, Sq 1, causal, GB/s of K + V, decode tile -> flagship (`bench_serving.py
+    // decode-unsplit`, forty-eighth session): d 128 H 32/8 B 1 248 -> 472 (4k) and 269 -> 525
+    // (32k), B 8 1946 -> 3555 and 2060 -> 4008, B 16 (128 CTAs) 3521 -> 3833; pages of 16 139
+    // -> 367 (B 1) and 1089 -> 2768 (B 8); d 64 H 64/8 B 1-16 1.43-1.82x; d 256 H 16/8 B 1-8
+    // 1.89-2.53x; at 511 keys 0.99-1.59x, at 1k 1.08-1.99x; MHA (group 1) d 128 with 1-64
+    // queries, B 1 and 4, 1.06-2.07x (forty-ninth session). At 128 and 256 keys the 16-row
+    // key-split tile is faster at d 64 and 128 (d 128 B 8: 922 against 749 and 1244 against
+    // 1165); at d 256 the flagship leads it from 160 keys and draws level at 128, so there a
+    // step of at most 16 rows leaves it past 128 keys (`tiles::unsplit_decode_after_keys`).
+    // With more CTAs than SMs the decode tile's own CTAs fill the SMs (B 32: the flagship
+    // 0.91x). Where the flagship has no tile for the call (pages TMA cannot load at these head
+    // dims) the decode tile stays; the first fallback (`Prefer::fill` off) gives a library
+    // without the flagship's kernel the decode tile back.
     let unsplit_decode = flagship_fits
         && prefer.fill
         && p.tile_mn.is_none()
