@@ -1844,6 +1844,15 @@ mod tests {
             sel(&p, &H200)
         };
         let flagship = |s: &Selection| (s.spec.imp, s.decode_tile, s.num_splits);
+        // The flagship, or else the decode tile, as `on_flagship` says.
+        let expect = |s: &Selection, on_flagship: bool, what: &str| {
+            assert_eq!(
+                (s.spec.imp == Impl::Wgmma, s.decode_tile),
+                (on_flagship, !on_flagship),
+                "{what}: {}",
+                s.spec.stem()
+            );
+        };
         // One CTA per SM at most: 33 x 4 KV heads = 132 CTAs; 133 x 1 is one too many.
         let s = step(33, 16, 4, 4096, 128);
         assert_eq!(flagship(&s), (Impl::Wgmma, false, 1));
@@ -1871,12 +1880,10 @@ mod tests {
             (128, 256, false),
             (129, 128, false),
         ] {
-            let s = step(8, 16, 8, sk, d);
-            assert_eq!(
-                (s.spec.imp == Impl::Wgmma, s.decode_tile),
-                (on_flagship, !on_flagship),
-                "d {d} over {sk} keys: {}",
-                s.spec.stem()
+            expect(
+                &step(8, 16, 8, sk, d),
+                on_flagship,
+                &format!("d {d} over {sk} keys"),
             );
         }
         for (sq, group, dv, on_flagship) in
@@ -1884,12 +1891,10 @@ mod tests {
         {
             let mut p = Problem::new(DType::Bf16, 8, sq, 200, 8 * group, 8, 256, dv);
             p.causal = true;
-            let s = sel(&p, &H200);
-            assert_eq!(
-                (s.spec.imp == Impl::Wgmma, s.decode_tile),
-                (on_flagship, !on_flagship),
-                "Sq {sq} x G {group}, dv {dv}: {}",
-                s.spec.stem()
+            expect(
+                &sel(&p, &H200),
+                on_flagship,
+                &format!("Sq {sq} x G {group}, dv {dv}"),
             );
         }
         // A window, a split, an unpacked group: the decode tile.
@@ -1915,12 +1920,10 @@ mod tests {
             });
             p.k_strides = Strides::contiguous(page, 8, d);
             p.v_strides = p.k_strides;
-            let s = sel(&p, &H200);
-            assert_eq!(
-                (s.spec.imp == Impl::Wgmma, s.decode_tile),
-                (on_flagship, !on_flagship),
-                "d {d} pages of {page}: {}",
-                s.spec.stem()
+            expect(
+                &sel(&p, &H200),
+                on_flagship,
+                &format!("d {d} pages of {page}"),
             );
         }
     }
