@@ -245,6 +245,8 @@ for _ in range(20):
 ms = sorted(ts)[len(ts) // 2]
 print(f"device copy of 1 GiB: {ms:.3f} ms, {2 * (1 << 30) / (ms * 1e-3) / 1e12:.2f} TB/s (read + write)")
 PY
+    # The same tile on inputs L2 holds against inputs rotated past it: DRAM's share of its time.
+    FA4GEN_LIB=.stage/lib/libfa4gen.so python3 python/tests/bench_serving.py window-l2 | tee "$OUT/window-l2.jsonl" || status=1
     for args in 64,16384,0,g8,w128 64,16384,0,g8; do
       rep="$OUT/ncu-${args//,/_}"
       ncu --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis -k regex:fwd -c 1 -f -o "$rep" \

@@ -9,6 +9,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              causal on K/V repeated to 64 heads (no sinks)
   window     window 128 at S = 16k: time vs the unmasked kernel scaled to the visited blocks, and
              FlexAttention (block-sparse) on the same window
+  window-l2  (only when named) the window 128 tile on inputs L2 holds against inputs rotated past it, at
+             S 1k..3k and 16k (H 32/4): how much of the window tile's time is DRAM's
   varlen     16 sequences of 64..4k tokens, packed, vs the same batch padded to dense
   paged      prefill with a prefix cache from pages of 128 and 16 vs contiguous K/V
   pack-gqa   GQA packed vs unpacked (pack_gqa=True / False) on gpt-oss- and Llama-like shapes
@@ -224,7 +226,7 @@ def window():
     fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
     # The table's tile, then candidates (the tile sweep for local masks).
-    for tile in (None, (192, 80), (128, 144), (192, 64), (192, 128), (128, 64)):
+    for tile in (None, (192, 80), (192, 64), (192, 128), (128, 128), (128, 64)):
         try:
             t_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0),
                                                                    tile_mn=tile), 1)
@@ -1097,6 +1099,36 @@ def window_decode():
                 torch.cuda.empty_cache()
 
 
+def window_l2():
+    """Where window 128's time per tile goes: the same kernel on inputs L2 holds (one set, called
+    again and again) and on inputs rotated past L2 (copies), at sizes of a few waves. If the tile's
+    time is the same both ways, the window tile is bound by its own chain of steps, not by DRAM.
+    Per wave: ms / ceil(tiles / SMs), tiles from the kernel's tile_m over the packed rows."""
+    sms = torch.cuda.get_device_properties(DEV).multi_processor_count
+    h, hkv, d, w = 32, 4, 64, 128
+    g = h // hkv
+    for s in (1024, 2048, 3072, 16384):
+        nbytes = 2 * s * (2 * h + 2 * hkv) * d
+        n = copies_for(nbytes)
+        qs = [torch.randn(1, s, h, d, device=DEV, dtype=BF) for _ in range(n)]
+        ks = [torch.randn(1, s, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        vs = [torch.randn(1, s, hkv, d, device=DEV, dtype=BF) for _ in range(n)]
+        outs = [torch.empty_like(q) for q in qs]
+        stem = fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True, window_size=(w - 1, 0))
+        tm = int(stem.split(".")[5][1:].split("n")[0])
+        tiles = -(-s * g // tm) * hkv
+        waves = -(-tiles // sms)
+        call = lambda i: fa4gen.flash_attn_func(qs[i], ks[i], vs[i], causal=True, window_size=(w - 1, 0),  # noqa: E731
+                                                out=outs[i])
+        warm = graph_time_ms(lambda i: call(0), 1)
+        cold = graph_time_ms(call, n)
+        emit(bench="window-l2", S=s, H=h, Hkv=hkv, mb=round(nbytes / 2**20, 1), l2_mb=round(L2 / 2**20, 1),
+             copies=n, tiles=tiles, waves=waves, kernel=stem, ms_l2=round(warm, 4), ms_rotated=round(cold, 4),
+             us_per_wave_l2=round(warm * 1e3 / waves, 3), us_per_wave_rotated=round(cold * 1e3 / waves, 3))
+        del qs, ks, vs, outs
+        torch.cuda.empty_cache()
+
+
 def warm_up_clocks(seconds=1.0):
     """Run the GPU busy for a while so the first timed section does not meet ramping clocks."""
     a = torch.randn(4096, 4096, device=DEV, dtype=BF)
@@ -1111,11 +1143,11 @@ def warm_up_clocks(seconds=1.0):
             return
 
 
-SECTIONS = {"gpt-oss": gpt_oss, "window": window, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode, "decode-unsplit": decode_unsplit,
+SECTIONS = {"gpt-oss": gpt_oss, "window": window, "window-l2": window_l2, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode, "decode-unsplit": decode_unsplit,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
             "chunked-paged": chunked_paged, "few-tiles": few_tiles, "decode-rows": decode_rows, "combine": combine,
             "split-sweep": split_sweep, "engine-chunks": engine_chunks, "mixed-batches": mixed_batches, "decode-batches": decode_batches}
-DEFAULT = [s for s in SECTIONS if s != "dense-tiles"]
+DEFAULT = [s for s in SECTIONS if s not in ("dense-tiles", "window-l2")]
 
 if __name__ == "__main__":
     with torch.no_grad():
