@@ -8,7 +8,8 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              (window 128) layers; beside them FlexAttention on both masks (GQA, no sinks) and SDPA
              causal on K/V repeated to 64 heads (no sinks)
   window     window 128 at S = 16k: time vs the unmasked kernel scaled to the visited blocks, and
-             FlexAttention (block-sparse) on the same window
+             FlexAttention (block-sparse) on the same window; head dims in $WINDOW_D (64: H 64/8;
+             128, 256, 192 at H * d = 4096, GQA 8)
   window-l2  (only when named) the window 128 tile on inputs L2 holds against inputs rotated past it, at
              S 1k..3k and 16k (H 32/4): how much of the window tile's time is DRAM's
   varlen     16 sequences of 64..4k tokens, packed, vs the same batch padded to dense
@@ -217,37 +218,53 @@ def gpt_oss():
 
 
 def window():
-    b, s, h, hkv, d, w = 1, 16384, 64, 8, 64, 128
+    # WINDOW_D ("64" by default: gpt-oss's head dim, #5's shape) picks the head dims: H * d = 4096,
+    # GQA 8 (d 64: H 64/8; 128: 32/4; 256: 16/2; 192/128: 16/2). The tile sweep runs at d 64 only.
+    for d in [int(x) for x in os.environ.get("WINDOW_D", "64").replace(",", " ").split()]:
+        window_at(d)
+
+
+def window_at(d):
+    b, s, w = 1, 16384, 128
+    h = 16 if d == 192 else 4096 // d
+    hkv, dv = h // 8, 128 if d == 192 else d
     q = torch.randn(b, s, h, d, device=DEV, dtype=BF)
     k = torch.randn(b, s, hkv, d, device=DEV, dtype=BF)
-    v = torch.randn(b, s, hkv, d, device=DEV, dtype=BF)
+    v = torch.randn(b, s, hkv, dv, device=DEV, dtype=BF)
     t_full = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v), 1)
     full_stem = fa4gen.kernel_name(q, k, v)
     fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
     # The table's tile, then candidates (the tile sweep for local masks).
-    for tile in (None, (192, 80), (192, 64), (192, 128), (128, 128), (128, 64)):
+    for tile in (None, (192, 80), (192, 64), (192, 128), (128, 128), (128, 64)) if d == 64 else (None,):
         try:
             t_win = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0),
                                                                    tile_mn=tile), 1)
         except Exception as e:  # noqa: BLE001
-            emit(bench="window128-S16k", tile=tile, error=str(e)[:200])
+            emit(bench="window128-S16k", d=d, tile=tile, error=str(e)[:200])
             continue
         stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)
         tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
         # Visited blocks (packed GQA rows: Sq * G) against the unmasked kernel's blocks, laid
         # as the kernels lay them under a window: from each tile's first visible key
         # (KernelSpec::window_blocks).
+        # Each kernel's rows per KV head are Sq * G packed, Sq unpacked; the fraction compares
+        # padded pairs per query head.
+        gw = g if ".packgqa" in stem else 1
+        gf = g if ".packgqa" in full_stem else 1
         visited = 0
-        for m0 in range(0, s * g, tm):
-            q0, q1 = m0 // g, min(s, (m0 + tm - 1) // g + 1)
+        for m0 in range(0, s * gw, tm):
+            q0, q1 = m0 // gw, min(s, (m0 + tm - 1) // gw + 1)
             lo = max(0, q0 - (w - 1))
             visited += (q1 - lo + tn - 1) // tn
-        total_full = math.ceil(s * g / fm) * math.ceil(s / fn_)
-        work = visited * tm * tn / (total_full * fm * fn_)
-        emit(bench="window128-S16k", tile=tile, ms_window=round(t_win, 4), ms_unmasked=round(t_full, 4),
-             visited_fraction=round(work, 5), ratio_to_visited_work=round(t_win / (t_full * work), 3),
-             kernel=stem, target="<= 1.2")
+        total_full = math.ceil(s * gf / fm) * math.ceil(s / fn_)
+        work = (visited * tm * tn / gw) / (total_full * fm * fn_ / gf)
+        emit(bench="window128-S16k", d=d, H=h, Hkv=hkv, tile=tile, ms_window=round(t_win, 4),
+             ms_unmasked=round(t_full, 4), visited_fraction=round(work, 5),
+             ratio_to_visited_work=round(t_win / (t_full * work), 3), kernel=stem, unmasked_kernel=full_stem,
+             target="<= 1.2")
+    if d != 64:
+        return
     # FA4 on the same window and unmasked call: its own ratio, beside ours.
     if FA4 is not None:
         ours = fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0))[0]
