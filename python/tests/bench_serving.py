@@ -245,11 +245,10 @@ def window_at(d):
             continue
         stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)
         tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
-        # Visited blocks (packed GQA rows: Sq * G) against the unmasked kernel's blocks, laid
-        # as the kernels lay them under a window: from each tile's first visible key
-        # (KernelSpec::window_blocks).
-        # Each kernel's rows per KV head are Sq * G packed, Sq unpacked; the fraction compares
-        # padded pairs per query head.
+        # Visited blocks against the unmasked kernel's blocks, laid as the kernels lay them under
+        # a window: from each tile's first visible key (KernelSpec::window_blocks). Each kernel's
+        # rows per KV head are Sq * G packed, Sq unpacked: the fraction compares padded pairs per
+        # query head.
         gw = g if ".packgqa" in stem else 1
         gf = g if ".packgqa" in full_stem else 1
         visited = 0
