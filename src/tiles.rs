@@ -597,8 +597,8 @@ pub const KEY_SPLIT_MAX_KEYS: usize = 256;
 /// 128 keys 134 -> 129 and 965 -> 964, level (forty-eighth session); 160 and 200 keys B 1
 /// 1.18 / 1.17x, B 8 1.14 / 1.24x (fiftieth). So those start past 128. At d 64 and 128 the
 /// flagship loses there (fifty-first, 144-256 keys, B 1-16, contiguous: d 64 0.71-0.86x,
-/// d 128 0.84-0.97x; at 256 keys over pages of 16: d 128 1.24x, d 64 0.96-0.99x), so they
-/// keep 256.
+/// d 128 0.83-0.97x; at 256 keys over pages of 16: d 128 1.23-1.24x, d 64 0.95-1.02x), so
+/// they keep 256.
 /// Not measured: more rows (the 64-row decode tile), pages at d 256.
 pub fn unsplit_decode_after_keys(d: u32, dv: u32, rows: usize) -> usize {
     if d.min(dv) >= 256 && rows <= 16 {
