@@ -11,9 +11,10 @@ Addresses are offsets from the kernel's first instruction, in hex, as --list pri
 breakdown: units = 2732 tiles x 12 consumer warps."""
 import csv
 import gzip
-import re
 import sys
 from collections import Counter
+
+from sass_loops import opcode  # the predicate-skipping opcode reader, shared
 
 
 def load(path):
@@ -31,12 +32,6 @@ def load(path):
         base = addr if base is None else base
         out.append((addr - base, n, int(r[at["Warp Stall Sampling (All Samples)"]] or 0), r[at["Source"]].strip()))
     return out
-
-
-def opcode(sass):
-    # "@!P0 BRA ..." -> BRA; "HGMMA.64x80x16.F32..." -> HGMMA
-    text = re.sub(r"^@!?U?P\w+\s+", "", sass)
-    return text.split()[0].split(".")[0] if text else "?"
 
 
 def main():
@@ -60,8 +55,9 @@ def main():
         return
     ops, stalls = Counter(), Counter()
     for _, n, s, sass in lines:
-        ops[opcode(sass)] += n
-        stalls[opcode(sass)] += s
+        op = opcode(sass) if sass else "?"
+        ops[op] += n
+        stalls[op] += s
     for op, n in ops.most_common():
         if n / units >= 0.5:
             print(f"  {op:10s} {n / units:8.1f}  {100 * stalls[op] / samples:5.1f}% of the samples")
