@@ -7,9 +7,10 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
   gpt-oss    gpt-oss-20b prefill, B*S = 16k, d64, H64/Hkv8, sinks; full (causal) and sliding
              (window 128) layers; beside them FlexAttention on both masks (GQA, no sinks) and SDPA
              causal on K/V repeated to 64 heads (no sinks)
-  window     window 128 at S = 16k: time vs the unmasked kernel scaled to the visited blocks, and
-             FlexAttention (block-sparse) on the same window; head dims in $WINDOW_D (64: H 64/8;
-             128, 256, 192 at H * d = 4096, GQA 8)
+  window     window 128 at S = 16k: time vs the unmasked kernel scaled to the visited blocks, vs the
+             window tile unmasked over the same blocks (a tile's span of keys: jit-compiles it where
+             no plan ships it, FA4GEN_JIT=1), and FlexAttention (block-sparse) on the same window;
+             head dims in $WINDOW_D (64: H 64/8; 128, 256, 192 at H * d = 4096, GQA 8)
   window-l2  (only when named) the window 128 tile on inputs L2 holds against inputs rotated past it, at
              S 1k..3k and 16k (H 32/4): how much of the window tile's time is DRAM's
   varlen     16 sequences of 64..4k tokens, packed, vs the same batch padded to dense
@@ -224,6 +225,34 @@ def window():
         window_at(d)
 
 
+def same_blocks(q, k, v, w, selected):
+    """The selected window kernel's time beside its own tile unmasked over the keys one of its
+    tiles visits: the same tiles, each running the same whole blocks, with no mask. Its ratio
+    parts the window's own cost (masks, block placement) from what any call of such short tiles
+    pays per tile (setup, schedule, epilogue), which the ratio to the long unmasked call's
+    per-block rate counts in. The two are timed in turns, window first, three times each, and
+    compared turn by turn: one kernel's timings in one run drift by up to 5-7% as the run goes
+    on (fifty-second session: the selected window call read 0.136 ms first and 0.143 ms last;
+    the fifty-first's "named tile reads slower" was this drift)."""
+    _, tm, tn, gw, stem = selected
+    span = tm // gw + w - 1  # a tile's keys: its queries' windows, (w - 1, 0) bottom-right
+    keys = -(-span // tn) * tn
+    ks, vs = k[:, :keys].contiguous(), v[:, :keys].contiguous()
+    win, ref = [], []
+    try:
+        for _ in range(3):
+            win.append(graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0)), 1))
+            ref.append(graph_time_ms(lambda i: fa4gen.flash_attn_func(q, ks, vs, tile_mn=(tm, tn)), 1))
+        ref_stem = fa4gen.kernel_name(q, ks, vs, tile_mn=(tm, tn))
+    except Exception as e:  # noqa: BLE001
+        emit(bench="window128-S16k", same_blocks_error=str(e)[:200])
+        return
+    ratios = sorted(a / b for a, b in zip(win, ref))
+    emit(bench="window128-S16k", d=q.shape[-1], kernel=stem, ms_window_turns=[round(t, 4) for t in win],
+         same_blocks_kernel=ref_stem, same_blocks_keys=keys, ms_same_blocks_turns=[round(t, 4) for t in ref],
+         ratio_to_same_blocks=round(ratios[1], 3))
+
+
 def window_at(d):
     b, s, w = 1, 16384, 128
     h = 16 if d == 192 else 4096 // d
@@ -235,6 +264,7 @@ def window_at(d):
     full_stem = fa4gen.kernel_name(q, k, v)
     fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
+    selected = None  # the table tile's (time, tile_m, tile_n, rows per query, stem)
     # The table's tile, then candidates (the tile sweep for local masks).
     for tile in (None, (192, 80), (192, 64), (192, 128), (128, 128), (128, 64)) if d == 64 else (None,):
         try:
@@ -262,6 +292,10 @@ def window_at(d):
              ms_unmasked=round(t_full, 4), visited_fraction=round(work, 5),
              ratio_to_visited_work=round(t_win / (t_full * work), 3), kernel=stem, unmasked_kernel=full_stem,
              target="<= 1.2")
+        if tile is None:
+            selected = (t_win, tm, tn, gw, stem)
+    if selected is not None:
+        same_blocks(q, k, v, w, selected)
     if d != 64:
         return
     # FA4 on the same window and unmasked call: its own ratio, beside ours.

@@ -235,10 +235,15 @@ struct Tile {
   // Row r of the tile is one of the sequence's (not past its end, nor, kQFromEnd, before row 0).
   FA4_DEVICE bool has_row(int r) const { return kQFromEnd ? (unsigned)(m0 + r) < (unsigned)rows : m0 + r < rows; }
   // Consumer c has none of the sequence's rows (kIdleConsumers: it computes nothing). Its 64
-  // rows lie wholly before row 0 or wholly from it, so its first and last rows tell.
-  FA4_DEVICE bool idle(int c) const { return kIdleConsumers && !has_row(c * 64) && !has_row(c * 64 + 63); }
-  // Some consumer of the tile idles: the first (rows before row 0) or the last (past the end).
-  FA4_DEVICE bool any_idle() const { return idle(0) || idle(kConsumers - 1); }
+  // rows lie wholly before row 0 or wholly from it, so its first and last rows tell; without
+  // rows before row 0 (no kQFromEnd) its first row alone does.
+  FA4_DEVICE bool idle(int c) const {
+    return kIdleConsumers && !has_row(c * 64) && (!kQFromEnd || !has_row(c * 64 + 63));
+  }
+  // Some consumer of the tile idles: the first (rows before row 0, kQFromEnd only) or the last
+  // (past the end). One test where the first cannot idle: ~30 instructions of a window tile's
+  // next-tile bookkeeping, which ptxas computed in both the vector and the uniform datapath.
+  FA4_DEVICE bool any_idle() const { return (kQFromEnd && idle(0)) || idle(kConsumers - 1); }
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
   FA4_DEVICE bool runs() const { return valid() || ghost; }
