@@ -234,7 +234,7 @@ def same_blocks(q, k, v, w, selected):
     compared turn by turn: one kernel's timings in one run drift by up to 5-7% as the run goes
     on (fifty-second session: the selected window call read 0.136 ms first and 0.143 ms last;
     the fifty-first's "named tile reads slower" was this drift)."""
-    _, tm, tn, gw, stem = selected
+    tm, tn, gw, stem = selected
     span = tm // gw + w - 1  # a tile's keys: its queries' windows, (w - 1, 0) bottom-right
     keys = -(-span // tn) * tn
     ks, vs = k[:, :keys].contiguous(), v[:, :keys].contiguous()
@@ -264,7 +264,7 @@ def window_at(d):
     full_stem = fa4gen.kernel_name(q, k, v)
     fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
-    selected = None  # the table tile's (time, tile_m, tile_n, rows per query, stem)
+    selected = None  # the table tile's (tile_m, tile_n, rows per query, stem)
     # The table's tile, then candidates (the tile sweep for local masks).
     for tile in (None, (192, 80), (192, 64), (192, 128), (128, 128), (128, 64)) if d == 64 else (None,):
         try:
@@ -293,7 +293,7 @@ def window_at(d):
              ratio_to_visited_work=round(t_win / (t_full * work), 3), kernel=stem, unmasked_kernel=full_stem,
              target="<= 1.2")
         if tile is None:
-            selected = (t_win, tm, tn, gw, stem)
+            selected = (tm, tn, gw, stem)
     if selected is not None:
         same_blocks(q, k, v, w, selected)
     if d != 64:
