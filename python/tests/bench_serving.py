@@ -233,7 +233,7 @@ def same_blocks(q, k, v, w, selected):
     per-block rate counts in. The two are timed in turns, window first, three times each, and
     compared turn by turn: one kernel's timings in one run drift by up to 5-7% as the run goes
     on (fifty-second session: the selected window call read 0.136 ms first and 0.143 ms last;
-    the fifty-first's "named tile reads slower" was this drift)."""
+    the fifty-first's "named tile reads slower" was most likely this drift)."""
     tm, tn, gw, stem = selected
     span = tm // gw + w - 1  # a tile's keys: its queries' windows, (w - 1, 0) bottom-right
     keys = -(-span // tn) * tn

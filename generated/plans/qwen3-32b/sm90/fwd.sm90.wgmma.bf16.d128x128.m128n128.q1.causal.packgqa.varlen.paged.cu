@@ -240,8 +240,9 @@ struct Tile {
     return kIdleConsumers && !has_row(c * 64) && (!kQFromEnd || !has_row(c * 64 + 63));
   }
   // Some consumer of the tile idles: the first (rows before row 0, kQFromEnd only) or the last
-  // (past the end). One test where the first cannot idle: ~30 instructions of a window tile's
-  // next-tile bookkeeping, which ptxas computed in both the vector and the uniform datapath.
+  // (past the end). One test where the first cannot idle: ~27 executed instructions a warp of
+  // a window tile's next-tile bookkeeping, which ptxas computed in both the vector and the
+  // uniform datapath.
   FA4_DEVICE bool any_idle() const { return (kQFromEnd && idle(0)) || idle(kConsumers - 1); }
   // Whether the CTA works on this tile at all: a real one, or a ghost that keeps its partner's
   // ring in step (loads its half of every block, releases them unread, stores nothing).
