@@ -90,7 +90,9 @@ thread_local! {
 
 fn set_error(msg: &str) {
     let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+    // (try_with: a call from a thread-local destructor, after this one is gone, must not
+    // panic across the ABI; its message is then lost.)
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
 fn status_of(e: &Error) -> Status {
@@ -267,7 +269,9 @@ pub extern "C" fn fa4gen_abi_version() -> u32 {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn fa4gen_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    LAST_ERROR
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
 }
 
 /// # Safety

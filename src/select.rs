@@ -846,6 +846,14 @@ pub fn select_with(
         } else {
             1
         };
+    // The flagship counts its tiles (splits included) in int.
+    if spec.imp == crate::spec::Impl::Wgmma && tiles > i32::MAX as usize {
+        return Err(Error::invalid(
+            "num_splits",
+            num_splits,
+            format!("tiles ({m_blocks} Q blocks x {heads} heads x batch) x splits below 2^31"),
+        ));
+    }
     // A causal pair is two Q blocks of one run: runs even and whole (`KernelSpec::wgmma_q_run`).
     // The kernel relies on it without checking (`Tiles::at` in fwd_sm90.cu takes the partner
     // of Q block m as m | 1): break it and pairs mix heads' K/V or hang.

@@ -30,7 +30,7 @@ fn kernels_root() -> PathBuf {
 fn setup() -> Option<(Arc<CudaContext>, Arc<CudaStream>, FlashAttention)> {
     let ctx = match runtime::context(0) {
         Ok(c) => c,
-        Err(e) => {
+        Err(e) if e.is_no_gpu() => {
             // Straight to stderr: the test harness captures print!/eprint!, not this.
             let _ = writeln!(
                 std::io::stderr(),
@@ -38,6 +38,8 @@ fn setup() -> Option<(Arc<CudaContext>, Arc<CudaStream>, FlashAttention)> {
             );
             return None;
         }
+        // A driver that sees a device but gives no context is a failure, not a skip.
+        Err(e) => panic!("a GPU is present but no context opens: {e}"),
     };
     let fa = FlashAttention::from_root(ctx.clone(), kernels_root())
         .unwrap_or_else(|e| panic!("a GPU is present but the kernel library is not usable: {e}"));
@@ -1362,6 +1364,41 @@ fn bad_buffers_are_refused() {
     assert!(e.to_string().contains("`lse`"), "{e}");
     let e = FlashAttention::new(_ctx.clone(), kernels_root().join("sm100f")).err();
     assert!(e.is_some_and(|e| e.to_string().contains("sm100f")));
+}
+
+/// A call binds the handle's context for itself and puts the caller's back: an engine (or
+/// PyTorch, whose current device is the driver's current context) keeps its own. Buffers of
+/// another context are refused before anything runs.
+#[test]
+fn current_context_is_restored() {
+    let Some((_ctx, stream, fa)) = setup() else {
+        return;
+    };
+    let p = Problem::new(DType::Bf16, 1, 64, 64, 2, 2, 64, 64);
+    let ok = stream.alloc_zeros::<u16>(64 * 2 * 64).unwrap();
+    let mut out = stream.alloc_zeros::<u16>(64 * 2 * 64).unwrap();
+    let theirs = CudaContext::new_non_primary(0, 0).unwrap();
+    let foreign = theirs
+        .default_stream()
+        .alloc_zeros::<u16>(64 * 2 * 64)
+        .unwrap();
+    theirs.bind_to_thread().unwrap();
+    fa.forward(&stream, &p, &ok, &ok, &ok, &mut out, None)
+        .unwrap();
+    let current = cudarc::driver::result::ctx::get_current().unwrap();
+    assert_eq!(
+        current,
+        Some(theirs.cu_ctx()),
+        "the caller's context was not put back"
+    );
+    let e = fa
+        .forward(&stream, &p, &foreign, &ok, &ok, &mut out, None)
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("`q`") && e.to_string().contains("context"),
+        "{e}"
+    );
+    stream.synchronize().unwrap();
 }
 
 /// Short forwards launched as programmatic dependents (the default) start while the kernel

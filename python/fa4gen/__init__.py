@@ -186,6 +186,9 @@ _COMBINE_OUT = {**_DTYPES, torch.float32: 2}  # fa4gen_combine's output dtypes (
 
 
 def _not_built(name, value, default, issue):
+    # (An empty list or tuple asks for nothing, as in FA4: aux_tensors=[].)
+    if isinstance(value, (list, tuple)) and not value and default is None:
+        return
     if value is not default and not (isinstance(default, (int, float)) and value == default):
         raise NotImplementedError(f"{name} is not built yet in fa4gen (issue {issue})")
 
@@ -197,6 +200,15 @@ def _prepare(t, name):
     if t.stride(-1) != 1 or any(s % 8 for s in t.stride()[:-1]) or t.data_ptr() % 16:
         t = t.contiguous()
     return t
+
+
+def _int(name, value, bits):
+    """`value` as an int that fits a signed `bits`-bit field: ctypes would wrap it silently
+    (num_splits=2**32 + 4 read as 4)."""
+    v = int(value)
+    if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
+        raise ValueError(f"{name} = {value} does not fit the library's {bits}-bit field")
+    return v
 
 
 def _problem(shape, strides, softmax_scale, causal, window_size, pack_gqa, return_lse, num_splits):
@@ -212,11 +224,11 @@ def _problem(shape, strides, softmax_scale, causal, window_size, pack_gqa, retur
     p.softmax_scale = 0.0 if softmax_scale is None else float(softmax_scale)
     p.causal = int(bool(causal))
     wl, wr = window_size if window_size is not None else (None, None)
-    p.window_left = WINDOW_NONE if wl is None else int(wl)
-    p.window_right = WINDOW_NONE if wr is None else int(wr)
+    p.window_left = WINDOW_NONE if wl is None else _int("window_size[0]", wl, 64)
+    p.window_right = WINDOW_NONE if wr is None else _int("window_size[1]", wr, 64)
     p.return_lse = int(bool(return_lse))
     p.pack_gqa = -1 if pack_gqa is None else int(bool(pack_gqa))
-    p.num_splits = int(num_splits)
+    p.num_splits = _int("num_splits", num_splits, 32)
     p.total_q = p.total_k = -1
     return p
 
@@ -319,6 +331,12 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
             raise ValueError("page_table must be a 2-d torch.int32 tensor (batch, pages_per_seq)")
         if page_table.device != dev or page_table.stride(-1) != 1:
             raise ValueError(f"page_table must be on {dev} with a contiguous last dim")
+        if page_table.shape[0] != b:
+            raise ValueError(f"page_table has {page_table.shape[0]} rows, the batch is {b}")
+        # Rows that share storage (a table broadcast over the batch: stride 0) are copied out:
+        # the kernels read row b at b * stride, past a shorter allocation's end.
+        if b > 1 and page_table.stride(0) < page_table.shape[1]:
+            page_table = page_table.contiguous()
         num_pages, page_size = k.shape[0], k.shape[1]
         sk = page_table.shape[1] * page_size
         # With seqused_k the kernels read each sequence's length on the device (the maps span
@@ -359,7 +377,7 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
     p = _problem((b, sq, sk, h, hkv, d, dv, q.dtype), (s4(q)[:3], s4(k)[:3], s4(v)[:3], s4(out)[:3]),
                  softmax_scale, causal, window_size, pack_gqa, return_lse, num_splits)
     if tile_mn is not None:
-        p.tile_m, p.tile_n = int(tile_mn[0]), int(tile_mn[1])
+        p.tile_m, p.tile_n = _int("tile_mn[0]", tile_mn[0], 32), _int("tile_mn[1]", tile_mn[1], 32)
     p.softcap = float(softcap or 0.0)
     p.has_sinks = int(sinks is not None)
     if q_packed:
@@ -479,7 +497,9 @@ def flash_attn_varlen_func(
     (num_pages, page_size, Hkv, D) with page_table (B, pages_per_seq). Returns (out, lse) with out
     shaped like q (Dv last) and lse (H, total_q) or (B, H, Sq). max_seqlen_* should be host ints
     (derived with one device sync when omitted, or, while the stream is being captured, where a
-    sync cannot run, bounded by the packed rows: total_q, total_k). `deterministic` and
+    sync cannot run, bounded by the packed rows: total_q, total_k), each at least every
+    sequence's length, as in FA2 and FA3: max_seqlen_q sizes the grid, and rows past it are not
+    computed. `deterministic` and
     `score_mod_bwd` are FA4's backward's: accepted and unused; `min_seqlen_k` and
     `disable_scheduler_metadata` are hints this library does not need."""
     _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, mask_mod=mask_mod,
@@ -563,8 +583,8 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_se
     o_shape = rows + (h, dv)
     if out is None:
         out = torch.empty(o_shape, dtype=out_dtype, device=dev)
-    elif tuple(out.shape) != o_shape or out.device != dev:
-        raise ValueError(f"out must be a tensor of shape {o_shape} on {dev}")
+    elif tuple(out.shape) != o_shape or out.device != dev or out.stride(-1) != 1:
+        raise ValueError(f"out must be a tensor of shape {o_shape} on {dev} with a contiguous last dim")
     lse = None
     if return_lse:
         lse = torch.empty((h, total_q) if packed else (b, h, sq), dtype=torch.float32, device=dev)

@@ -378,6 +378,37 @@ def run_combine_end_to_end(rng, device):
     return name, None, err / max(bound, 1e-30)
 
 
+def served_layouts(device):
+    """Inputs an engine may pass that must work, not be refused: a page table broadcast over the
+    batch (stride 0, one block table shared), FA4's empty aux lists; and a call on another
+    device than the current one leaves the current device as it was."""
+    failures = []
+    bf, g = torch.bfloat16, torch.Generator(device="cpu").manual_seed(7)
+    q = torch.randn(3, 20, 4, 64, generator=g).to(device, bf)
+    kc = torch.randn(6, 16, 2, 64, generator=g).to(device, bf)
+    vc = torch.randn(6, 16, 2, 64, generator=g).to(device, bf)
+    row = torch.tensor([[4, 1, 5]], dtype=torch.int32, device=device)
+    used = torch.tensor([40, 17, 33], dtype=torch.int32, device=device)
+    with torch.no_grad():
+        want, _ = fa4gen.flash_attn_varlen_func(q, kc, vc, seqused_k=used, page_table=row.repeat(3, 1).contiguous(),
+                                                causal=True)
+        got, _ = fa4gen.flash_attn_varlen_func(q, kc, vc, seqused_k=used, page_table=row.expand(3, -1), causal=True)
+        if not torch.equal(want, got):
+            failures.append(f"broadcast page table: max diff {(want.float() - got.float()).abs().max().item()}")
+        try:
+            fa4gen.flash_attn_func(q, kc[:3], vc[:3], aux_tensors=[], aux_scalars=())
+        except Exception as e:  # noqa: BLE001
+            failures.append(f"empty aux lists: {type(e).__name__}: {e}")
+        if torch.cuda.device_count() > 1:  # (one GPU: the Rust test current_context_is_restored)
+            here = torch.device(device).index or 0
+            other = torch.device("cuda", 1 if here == 0 else 0)
+            with torch.cuda.device(here):
+                fa4gen.flash_attn_func(q.to(other), kc[:3].to(other), vc[:3].to(other))
+                if torch.cuda.current_device() != here:
+                    failures.append(f"current device moved from {here} to {torch.cuda.current_device()}")
+    return failures
+
+
 def bad_inputs(device):
     """Each must raise a precise error and launch nothing."""
     bf, q = torch.bfloat16, torch.randn(1, 16, 4, 64, device=device, dtype=torch.bfloat16)
@@ -444,6 +475,15 @@ def bad_inputs(device):
             torch.zeros(2, 1, 16, 4, 520, device=device), part_lse, out_dtype=bf), ValueError),
         ("sequence split shares -1", lambda: fa4gen.set_sequence_splits(-1), ValueError),
         ("combine head dim 12", lambda: fa4gen.flash_attn_combine(part[..., :12], part_lse, out_dtype=bf), ValueError),
+        ("page_table rows != batch", lambda: fa4gen.flash_attn_varlen_func(
+            q[0], k[0].unsqueeze(0), k[0].unsqueeze(0),
+            cu_seqlens_q=torch.tensor([0, 8, 16], dtype=torch.int32, device=device), max_seqlen_q=8,
+            seqused_k=torch.tensor([16, 16], dtype=torch.int32, device=device),
+            page_table=torch.zeros(1, 1, dtype=torch.int32, device=device)), ValueError),
+        ("num_splits past int32", lambda: fa4gen.flash_attn_func(q, k, k, num_splits=2**32 + 4), ValueError),
+        ("window past int64", lambda: fa4gen.flash_attn_func(q, k, k, window_size=(2**64 + 100, 0)), ValueError),
+        ("combine out strided last dim", lambda: fa4gen.flash_attn_combine(
+            part, part_lse, out=torch.empty(1, 16, 4, 128, device=device, dtype=bf)[..., ::2]), ValueError),
     ]
     failures = []
     # FA4's positional order (flash_attn.cute.interface), so positional callers land on the same
@@ -536,6 +576,11 @@ def main():
     for f in comb_fail:
         print("FAIL", f)
     failures += comb_fail
+    served = served_layouts(device)
+    print(f"drop-in layouts: {len(served)} failed (broadcast page table, empty aux lists, current device kept)")
+    for f in served:
+        print("FAIL", f)
+    failures += served
     nbad, bad_fail = bad_inputs(device)
     print(f"drop-in bad inputs: {nbad - len(bad_fail)} of {nbad} refused precisely")
     for f in bad_fail:

@@ -3,6 +3,7 @@
 //! per spec, validates buffers and launches on the caller's stream.
 
 use super::combine::{CombineKernel, CombineOutput, MAX_COMBINE_DV, column_parts};
+use super::current::Current;
 use super::error::{DriverCall, Error};
 use super::launch::LaunchMode;
 use super::library::KernelLibrary;
@@ -175,9 +176,12 @@ impl Drop for FlashAttention {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .made;
-        if (ws.is_empty() && orders.is_empty()) || self.ctx.bind_to_thread().is_err() {
+        if ws.is_empty() && orders.is_empty() {
             return;
         }
+        let Ok(_current) = Current::bind(&self.ctx) else {
+            return;
+        };
         let ptrs = ws
             .drain()
             .map(|(_, w)| w.ptr)
@@ -651,7 +655,7 @@ impl FlashAttention {
                 },
             ));
         }
-        self.ctx.bind_to_thread().call("cuCtxSetCurrent")?;
+        let _current = Current::bind(&self.ctx).call("cuCtxSetCurrent")?;
         if problem.batch == 0 || problem.seqlen_q == 0 || problem.total_q() == 0 {
             return Ok(()); // no output elements
         }
@@ -976,7 +980,7 @@ impl FlashAttention {
             ..vl
         });
         check_pointers(&checked, &ptrs, false)?;
-        self.ctx.bind_to_thread().call("cuCtxSetCurrent")?;
+        let _current = Current::bind(&self.ctx).call("cuCtxSetCurrent")?;
         if no_rows {
             return Ok(());
         }
@@ -1109,6 +1113,40 @@ impl FlashAttention {
                     field,
                     format!("buffer of {have} elements"),
                     format!("at least {need} elements"),
+                ));
+            }
+        }
+        // The stream and every buffer on this handle's device: another GPU's addresses would
+        // fault in a launch here (or, with peer access, cross the link unasked).
+        let ours = self.ctx.cu_ctx();
+        let others = [
+            ("stream", Some(stream.context())),
+            ("q", Some(q.context())),
+            ("k", Some(k.context())),
+            ("v", Some(v.context())),
+            ("out", Some(out.context())),
+            ("lse", lse.as_ref().map(|l| l.context())),
+            ("cu_seqlens_q", extra.cu_seqlens_q.map(|x| x.context())),
+            ("cu_seqlens_k", extra.cu_seqlens_k.map(|x| x.context())),
+            ("seqused_q", extra.seqused_q.map(|x| x.context())),
+            ("seqused_k", extra.seqused_k.map(|x| x.context())),
+            ("page_table", extra.page_table.map(|x| x.context())),
+            ("learnable_sink", extra.sinks.map(|x| x.context())),
+        ];
+        for (field, ctx) in others {
+            if let Some(ctx) = ctx
+                && ctx.cu_ctx() != ours
+            {
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "a buffer of another CUDA context (device {})",
+                        ctx.ordinal()
+                    ),
+                    format!(
+                        "buffers and stream of the handle's context (device {}'s primary)",
+                        self.ctx.ordinal()
+                    ),
                 ));
             }
         }
@@ -1413,6 +1451,9 @@ mod tests {
                 "{p:?}: grid {:?}",
                 sel.grid
             );
+            // The kernels' int counts: (query, head) rows and the flagship's tiles.
+            assert!(p.total_q().max(p.batch * p.seqlen_q) * p.heads <= i32::MAX as usize);
+            assert!(sel.spec.imp != Impl::Wgmma || sel.tiles <= i32::MAX as usize);
             let _ = workspace_need(&p, &sel);
         }
         assert!(

@@ -47,6 +47,18 @@ pub enum Error {
 }
 
 impl Error {
+    /// This machine has no GPU to run on: no driver, or a driver that sees no device. (Any
+    /// other failure to open a context is a real error on a machine that has one.)
+    pub fn is_no_gpu(&self) -> bool {
+        match self {
+            Error::NoDriver => true,
+            Error::Driver { source, .. } => {
+                source.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NO_DEVICE
+            }
+            _ => false,
+        }
+    }
+
     pub(crate) fn invalid(
         field: &'static str,
         value: impl std::fmt::Display,

@@ -3,6 +3,7 @@
 mod attention;
 mod cluster;
 mod combine;
+mod current;
 mod error;
 #[cfg(feature = "jit")]
 pub mod jit;
@@ -28,8 +29,17 @@ pub fn context(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaCont
     if !driver_present() {
         return Err(Error::NoDriver);
     }
-    cudarc::driver::CudaContext::new(ordinal).map_err(|source| Error::Driver {
-        call: "cuInit/cuDevicePrimaryCtxRetain",
-        source,
-    })
+    let driver = |call| move |source| Error::Driver { call, source };
+    // (cuInit first: before it, even asking for the current context fails.)
+    cudarc::driver::result::init().map_err(driver("cuInit"))?;
+    let before = cudarc::driver::result::ctx::get_current().map_err(driver("cuCtxGetCurrent"))?;
+    let ctx = cudarc::driver::CudaContext::new(ordinal)
+        .map_err(driver("cuInit/cuDevicePrimaryCtxRetain"))?;
+    // CudaContext::new binds the new context to the thread: put the caller's back.
+    if let Some(c) = before.filter(|&c| c != ctx.cu_ctx()) {
+        // SAFETY: the thread's current context a moment ago, which its owner keeps alive.
+        unsafe { cudarc::driver::result::ctx::set_current(c) }
+            .map_err(driver("cuCtxSetCurrent"))?;
+    }
+    Ok(ctx)
 }

@@ -33,11 +33,12 @@ impl Strides {
         if b == 0 || s == 0 || h == 0 || d == 0 {
             return Some(0);
         }
-        let last = (b as i64 - 1)
+        let top = |x: usize| i64::try_from(x - 1).ok(); // x > 0 here
+        let last = top(b)?
             .checked_mul(self.batch)?
-            .checked_add((s as i64 - 1).checked_mul(self.row)?)?
-            .checked_add((h as i64 - 1).checked_mul(self.head)?)?
-            .checked_add(d as i64 - 1)?;
+            .checked_add(top(s)?.checked_mul(self.row)?)?
+            .checked_add(top(h)?.checked_mul(self.head)?)?
+            .checked_add(top(d)?)?;
         usize::try_from(last.checked_add(1)?).ok()
     }
 }
@@ -452,6 +453,21 @@ impl Problem {
                 ),
             ));
         }
+        // The kernels count a call's (query, head) rows in int: the first query row of
+        // sequence b (b * Sq), a combine's rows (Sq * H), the flagship's tiles. 2^31 of them
+        // hold at least 32 GiB of output at head dim 8, so no real call is refused.
+        let rows = self
+            .batch
+            .max(1)
+            .saturating_mul(self.seqlen_q)
+            .max(self.total_q());
+        if rows.saturating_mul(self.heads) > I32_MAX {
+            return Err(Error::invalid(
+                "seqlen_q",
+                self.seqlen_q,
+                format!("query rows ({rows}) x heads ({}) below 2^31", self.heads),
+            ));
+        }
         let group = self.heads / self.heads_kv;
         if self.seqlen_q * group > I32_MAX / 2 {
             return Err(Error::invalid(
@@ -461,9 +477,15 @@ impl Problem {
             ));
         }
         let (mask, wl, wr) = resolve_mask(self.causal, self.window);
-        // An unbounded side is Sq + Sk: wider than any visible range, small enough for int math.
-        let unbounded = (self.seqlen_q + self.seqlen_k) as i64;
-        let clamp = |w: Option<i64>| w.unwrap_or(unbounded).clamp(-unbounded, unbounded) as i32;
+        // Each side in the narrowest range that keeps its meaning: a left side of Sk or more
+        // hides no earlier key (unbounded: Sk), one of -Sq or less hides every key, and a right
+        // side likewise within [-Sk, Sq]. The kernels' bounds i + (Sk - Sq) - wl and
+        // i + (Sk - Sq) + wr + 1 then stay within [-Sq, Sq + Sk], in int range (Sq, Sk < 2^30).
+        // (Sq + Sk for an unbounded side wrapped: i + 2 Sk + 1 past 2^31 keys made a
+        // one-sided window's rows empty.)
+        let (sq, sk) = (self.seqlen_q as i64, self.seqlen_k as i64);
+        let left = wl.unwrap_or(sk).clamp(-sq, sk) as i32;
+        let right = wr.unwrap_or(sq).clamp(-sk, sq) as i32;
         let params = FwdParams {
             q_batch_stride: self.q_strides.batch,
             q_row_stride: self.q_strides.row,
@@ -485,8 +507,8 @@ impl Problem {
             heads: self.heads as i32,
             heads_kv: self.heads_kv as i32,
             group: group as i32,
-            window_left: clamp(wl),
-            window_right: clamp(wr),
+            window_left: left,
+            window_right: right,
             scale_log2: if self.softcap > 0.0 {
                 self.softcap * std::f32::consts::LOG2_E
             } else {
@@ -638,7 +660,7 @@ mod tests {
         let ok = Problem::new(DType::Bf16, 2, 100, 200, 6, 3, 128, 128);
         let v = ok.validate().unwrap();
         assert_eq!(v.group, 2);
-        assert_eq!(v.params.window_left, 300);
+        assert_eq!(v.params.window_left, 200); // unbounded: Sk
         type Mutation = Box<dyn Fn(&mut Problem)>;
         let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|p| p.heads_kv = 4), "heads_kv"),
@@ -726,5 +748,93 @@ mod tests {
             resolve_mask(false, (Some(i64::MAX), Some(1))),
             (Mask::Local, Some(i64::MAX), Some(1))
         );
+    }
+
+    /// The window sides the kernels get keep every row's visible keys and keep the kernels'
+    /// bounds in int range; calls of 2^31 or more (query, head) rows are refused (the kernels
+    /// count them in int). Both found by review: zero strides make such shapes cheap to pass.
+    #[test]
+    fn kernel_int_math_stays_in_range() {
+        let zero = Strides {
+            batch: 0,
+            row: 0,
+            head: 0,
+        };
+        // Visibility with the caller's sides (i64, None unbounded) against the params'.
+        let visible = |i: i64, j: i64, sq: i64, sk: i64, wl: Option<i64>, wr: Option<i64>| {
+            let off = sk - sq;
+            let lo = wl.map_or(0, |w| (i + off - w).max(0));
+            let hi = wr.map_or(sk, |w| (i + off + w + 1).min(sk));
+            lo <= j && j < hi
+        };
+        let sides = [
+            None,
+            Some(-60),
+            Some(-7),
+            Some(-1),
+            Some(0),
+            Some(3),
+            Some(29),
+            Some(64),
+            Some((1 << 30) - 1),
+            Some(-(1 << 30) + 1),
+        ];
+        for (sq, sk) in [(1, 1), (7, 40), (40, 7), (33, 33), (1, 50)] {
+            for wl in sides {
+                for wr in sides {
+                    let mut p = Problem::new(DType::Bf16, 1, sq, sk, 1, 1, 64, 64);
+                    p.window = (wl, wr);
+                    let (mask, l, r) = resolve_mask(false, p.window);
+                    if mask != Mask::Local {
+                        continue;
+                    }
+                    let v = p.validate().unwrap();
+                    let (pl, pr) = (
+                        Some(v.params.window_left as i64),
+                        Some(v.params.window_right as i64),
+                    );
+                    let (sq, sk) = (sq as i64, sk as i64);
+                    for i in 0..sq {
+                        for j in 0..sk {
+                            assert_eq!(
+                                visible(i, j, sq, sk, l, r),
+                                visible(i, j, sq, sk, pl, pr),
+                                "Sq {sq} Sk {sk} window ({wl:?}, {wr:?}) row {i} key {j}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        // A one-sided window over 2^30 - 1 keys: its bounds stay in int (with Sq + Sk for the
+        // unbounded side, i + 2 Sk + 1 wrapped and every row read no key).
+        let mut p = Problem::new(DType::Bf16, 1, 2, (1 << 30) - 1, 1, 1, 64, 64);
+        p.window = (Some(128), None);
+        p.k_strides = zero;
+        p.v_strides = zero;
+        let v = p.validate().unwrap();
+        let (wl, wr) = (v.params.window_left as i64, v.params.window_right as i64);
+        let (sq, sk) = (2i64, (1i64 << 30) - 1);
+        for i in 0..sq {
+            for bound in [i + sk - sq - wl, i + sk - sq + wr + 1] {
+                assert!(i32::try_from(bound).is_ok(), "bound {bound} past int");
+            }
+        }
+        // 2.4e9 query rows of one head.
+        let mut p = Problem::new(DType::Bf16, 4, 600_000_000, 600_000_000, 1, 1, 8, 8);
+        for s in [
+            &mut p.q_strides,
+            &mut p.k_strides,
+            &mut p.v_strides,
+            &mut p.o_strides,
+        ] {
+            *s = zero;
+        }
+        match p.validate() {
+            Err(Error::Invalid { field, .. }) => assert_eq!(field, "seqlen_q"),
+            other => panic!("{other:?}"),
+        }
+        // A batch of 2^63 is no extent (it panicked in debug builds: b as i64 - 1).
+        assert_eq!(Strides::contiguous(1, 1, 8).extent(1 << 63, 1, 1, 8), None);
     }
 }
