@@ -1377,19 +1377,44 @@ fn current_context_is_restored() {
     let p = Problem::new(DType::Bf16, 1, 64, 64, 2, 2, 64, 64);
     let ok = stream.alloc_zeros::<u16>(64 * 2 * 64).unwrap();
     let mut out = stream.alloc_zeros::<u16>(64 * 2 * 64).unwrap();
+    // A second stream turns on cudarc's event tracking: the buffers' guards then bind the
+    // handle's context too, before the call and after it.
+    let side = _ctx.new_stream().unwrap();
     let theirs = CudaContext::new_non_primary(0, 0).unwrap();
     let foreign = theirs
         .default_stream()
         .alloc_zeros::<u16>(64 * 2 * 64)
         .unwrap();
+    let current = || cudarc::driver::result::ctx::get_current().unwrap();
+    for s in [&stream, &side] {
+        theirs.bind_to_thread().unwrap();
+        fa.forward(s, &p, &ok, &ok, &ok, &mut out, None).unwrap();
+        assert_eq!(
+            current(),
+            Some(theirs.cu_ctx()),
+            "the caller's context was not put back"
+        );
+    }
+    // Opening and dropping a handle (its modules unload, its context releases) too.
     theirs.bind_to_thread().unwrap();
-    fa.forward(&stream, &p, &ok, &ok, &ok, &mut out, None)
-        .unwrap();
-    let current = cudarc::driver::result::ctx::get_current().unwrap();
+    let other = FlashAttention::from_root(runtime::context(0).unwrap(), kernels_root()).unwrap();
     assert_eq!(
-        current,
+        current(),
         Some(theirs.cu_ctx()),
-        "the caller's context was not put back"
+        "opening moved the context"
+    );
+    let mut out2 = side.alloc_zeros::<u16>(64 * 2 * 64).unwrap();
+    theirs.bind_to_thread().unwrap();
+    other
+        .forward(&side, &p, &ok, &ok, &ok, &mut out2, None)
+        .unwrap();
+    side.synchronize().unwrap();
+    theirs.bind_to_thread().unwrap();
+    drop(other);
+    assert_eq!(
+        current(),
+        Some(theirs.cu_ctx()),
+        "dropping a handle moved the context"
     );
     let e = fa
         .forward(&stream, &p, &foreign, &ok, &ok, &mut out, None)

@@ -577,7 +577,8 @@ def main():
         print("FAIL", f)
     failures += comb_fail
     served = served_layouts(device)
-    print(f"drop-in layouts: {len(served)} failed (broadcast page table, empty aux lists, current device kept)")
+    kept = "current device kept" if torch.cuda.device_count() > 1 else "one GPU: no other device to call"
+    print(f"drop-in layouts: {len(served)} failed (broadcast page table, empty aux lists; {kept})")
     for f in served:
         print("FAIL", f)
     failures += served

@@ -17,6 +17,7 @@ use cudarc::driver::{
 };
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -147,7 +148,8 @@ struct Workspace {
 
 pub struct FlashAttention {
     lib: KernelLibrary,
-    ctx: Arc<CudaContext>,
+    /// (Released in `drop`, under the guard that gives the caller its context back.)
+    ctx: ManuallyDrop<Arc<CudaContext>>,
     device: DeviceInfo,
     cache: Mutex<HashMap<KernelSpec, Arc<Loaded>>>,
     workspaces: Mutex<HashMap<usize, Workspace>>,
@@ -170,26 +172,31 @@ pub struct FlashAttention {
 
 impl Drop for FlashAttention {
     fn drop(&mut self) {
+        // Freeing the workspaces, unloading the modules and releasing the context each bind
+        // the context: all of it under one guard, so the caller's is current again after.
+        let _current = Current::keep().ok();
         let ws = self.workspaces.get_mut().unwrap_or_else(|p| p.into_inner());
         let orders = &mut self
             .orders
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .made;
-        if ws.is_empty() && orders.is_empty() {
-            return;
+        if (!ws.is_empty() || !orders.is_empty()) && self.ctx.bind_to_thread().is_ok() {
+            let ptrs = ws
+                .drain()
+                .map(|(_, w)| w.ptr)
+                .chain(orders.drain().filter_map(|(_, o)| o.ptr));
+            for ptr in ptrs {
+                // SAFETY: allocated by cuMemAlloc in this context; cuMemFree waits for its users.
+                let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
+            }
         }
-        let Ok(_current) = Current::bind(&self.ctx) else {
-            return;
-        };
-        let ptrs = ws
-            .drain()
-            .map(|(_, w)| w.ptr)
-            .chain(orders.drain().filter_map(|(_, o)| o.ptr));
-        for ptr in ptrs {
-            // SAFETY: allocated by cuMemAlloc in this context; cuMemFree waits for its users.
-            let _ = unsafe { cudarc::driver::result::free_sync(ptr) };
-        }
+        self.cache
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        // SAFETY: never used again: the handle is being dropped.
+        unsafe { ManuallyDrop::drop(&mut self.ctx) };
     }
 }
 
@@ -222,6 +229,8 @@ impl FlashAttention {
     /// Bind the library in `dir` to `ctx`'s device. Fails if the library's arch does not run
     /// on the device (checked before any cubin is touched).
     pub fn new(ctx: Arc<CudaContext>, dir: impl AsRef<Path>) -> Result<FlashAttention, Error> {
+        // (Refused, the context drops here, and its release binds it.)
+        let _current = Current::keep().call("cuCtxGetCurrent")?;
         let lib = KernelLibrary::open(dir)?;
         let (major, minor) = ctx.compute_capability().call("cuDeviceGetAttribute")?;
         let sm_count = ctx
@@ -243,7 +252,7 @@ impl FlashAttention {
         }
         Ok(FlashAttention {
             lib,
-            ctx,
+            ctx: ManuallyDrop::new(ctx),
             device,
             cache: Mutex::new(HashMap::new()),
             workspaces: Mutex::new(HashMap::new()),
@@ -1150,6 +1159,9 @@ impl FlashAttention {
                 ));
             }
         }
+        // Bound before the buffers' guards (which bind it too: waits on their last writes, and
+        // events recording our use when dropped) and so released after them.
+        let _current = Current::bind(&self.ctx).call("cuCtxSetCurrent")?;
         // The guards order our launch after earlier writes to these buffers and record our use
         // when dropped, so they live until after the launch.
         let (q_ptr, _gq) = q.device_ptr(stream);
@@ -1452,7 +1464,11 @@ mod tests {
                 sel.grid
             );
             // The kernels' int counts: (query, head) rows and the flagship's tiles.
-            assert!(p.total_q().max(p.batch * p.seqlen_q) * p.heads <= i32::MAX as usize);
+            let rows = match p.varlen.and_then(|v| v.total_q) {
+                Some(total) => total.max(p.seqlen_q),
+                None => p.batch * p.seqlen_q,
+            };
+            assert!(rows * p.heads <= i32::MAX as usize);
             assert!(sel.spec.imp != Impl::Wgmma || sel.tiles <= i32::MAX as usize);
             let _ = workspace_need(&p, &sel);
         }

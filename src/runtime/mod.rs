@@ -3,7 +3,7 @@
 mod attention;
 mod cluster;
 mod combine;
-mod current;
+pub(crate) mod current;
 mod error;
 #[cfg(feature = "jit")]
 pub mod jit;
@@ -16,7 +16,7 @@ pub use attention::{FlashAttention, RawPtrs, SeqBuffers, combine_spec};
 pub use combine::{CombineKernel, CombineOutput, MAX_COMBINE_DV, column_parts};
 pub use error::Error;
 pub use library::KernelLibrary;
-pub use problem::{Paged, Problem, Strides, Validated, Varlen, resolve_mask};
+pub use problem::{Paged, Problem, Strides, Validated, Varlen, WINDOW_UNBOUNDED, resolve_mask};
 
 /// Whether a CUDA driver can be loaded here (cudarc panics on first use otherwise).
 pub fn driver_present() -> bool {
@@ -32,14 +32,7 @@ pub fn context(ordinal: usize) -> Result<std::sync::Arc<cudarc::driver::CudaCont
     let driver = |call| move |source| Error::Driver { call, source };
     // (cuInit first: before it, even asking for the current context fails.)
     cudarc::driver::result::init().map_err(driver("cuInit"))?;
-    let before = cudarc::driver::result::ctx::get_current().map_err(driver("cuCtxGetCurrent"))?;
-    let ctx = cudarc::driver::CudaContext::new(ordinal)
-        .map_err(driver("cuInit/cuDevicePrimaryCtxRetain"))?;
-    // CudaContext::new binds the new context to the thread: put the caller's back.
-    if let Some(c) = before.filter(|&c| c != ctx.cu_ctx()) {
-        // SAFETY: the thread's current context a moment ago, which its owner keeps alive.
-        unsafe { cudarc::driver::result::ctx::set_current(c) }
-            .map_err(driver("cuCtxSetCurrent"))?;
-    }
-    Ok(ctx)
+    // CudaContext::new binds the new context to the thread: the caller's comes back.
+    let _current = current::Current::keep().map_err(driver("cuCtxGetCurrent"))?;
+    cudarc::driver::CudaContext::new(ordinal).map_err(driver("cuDevicePrimaryCtxRetain"))
 }

@@ -275,6 +275,14 @@ pub struct Validated {
 
 const I32_MAX: usize = i32::MAX as usize;
 
+/// The window side the kernels get for an unbounded one, and the widest any side may be:
+/// wider than any sequence (Sq, Sk < 2^30), so it hides nothing, and narrow enough that the
+/// masks' bounds i + (Sk - Sq) - wl and i + (Sk - Sq) + wr + 1 stay in int. (Sq + Sk, the
+/// stand-in before, wrapped there past 2^30 keys: i + 2 Sk + 1, and a one-sided window's rows
+/// saw no key.) A constant, not the call's lengths: a caller's understated max_seqlen_k
+/// narrows no window.
+pub const WINDOW_UNBOUNDED: i32 = (1 << 30) - 1;
+
 fn check_range(
     field: &'static str,
     v: usize,
@@ -341,7 +349,7 @@ impl Problem {
             ("window.right", self.window.1),
         ] {
             if let Some(w) = w
-                && w.unsigned_abs() > I32_MAX as u64 / 2
+                && w.unsigned_abs() > WINDOW_UNBOUNDED as u64
             {
                 return Err(Error::invalid(field, w, "|window| < 2^30"));
             }
@@ -453,14 +461,15 @@ impl Problem {
                 ),
             ));
         }
-        // The kernels count a call's (query, head) rows in int: the first query row of
-        // sequence b (b * Sq), a combine's rows (Sq * H), the flagship's tiles. 2^31 of them
-        // hold at least 32 GiB of output at head dim 8, so no real call is refused.
-        let rows = self
-            .batch
-            .max(1)
-            .saturating_mul(self.seqlen_q)
-            .max(self.total_q());
+        // The kernels count (query, head) rows in int: a batched call's all (the first row of
+        // sequence b is b * Sq), a packed one's (total_q) and each sequence's (a combine's Sq * H
+        // per sequence). 2^31 of them hold at least 32 GiB of output at head dim 8. (A packed
+        // batch's B * max_seqlen_q is a padded grid, not rows: not bounded here; the flagship's
+        // tiles are, in `select`.)
+        let rows = match self.varlen.and_then(|v| v.total_q) {
+            Some(total) => total.max(self.seqlen_q),
+            None => self.batch.saturating_mul(self.seqlen_q),
+        };
         if rows.saturating_mul(self.heads) > I32_MAX {
             return Err(Error::invalid(
                 "seqlen_q",
@@ -477,15 +486,8 @@ impl Problem {
             ));
         }
         let (mask, wl, wr) = resolve_mask(self.causal, self.window);
-        // Each side in the narrowest range that keeps its meaning: a left side of Sk or more
-        // hides no earlier key (unbounded: Sk), one of -Sq or less hides every key, and a right
-        // side likewise within [-Sk, Sq]. The kernels' bounds i + (Sk - Sq) - wl and
-        // i + (Sk - Sq) + wr + 1 then stay within [-Sq, Sq + Sk], in int range (Sq, Sk < 2^30).
-        // (Sq + Sk for an unbounded side wrapped: i + 2 Sk + 1 past 2^31 keys made a
-        // one-sided window's rows empty.)
-        let (sq, sk) = (self.seqlen_q as i64, self.seqlen_k as i64);
-        let left = wl.unwrap_or(sk).clamp(-sq, sk) as i32;
-        let right = wr.unwrap_or(sq).clamp(-sk, sq) as i32;
+        // (|side| <= WINDOW_UNBOUNDED, checked above.)
+        let side = |w: Option<i64>| w.map_or(WINDOW_UNBOUNDED, |w| w as i32);
         let params = FwdParams {
             q_batch_stride: self.q_strides.batch,
             q_row_stride: self.q_strides.row,
@@ -507,8 +509,8 @@ impl Problem {
             heads: self.heads as i32,
             heads_kv: self.heads_kv as i32,
             group: group as i32,
-            window_left: left,
-            window_right: right,
+            window_left: side(wl),
+            window_right: side(wr),
             scale_log2: if self.softcap > 0.0 {
                 self.softcap * std::f32::consts::LOG2_E
             } else {
@@ -660,7 +662,7 @@ mod tests {
         let ok = Problem::new(DType::Bf16, 2, 100, 200, 6, 3, 128, 128);
         let v = ok.validate().unwrap();
         assert_eq!(v.group, 2);
-        assert_eq!(v.params.window_left, 200); // unbounded: Sk
+        assert_eq!(v.params.window_left, WINDOW_UNBOUNDED);
         type Mutation = Box<dyn Fn(&mut Problem)>;
         let cases: Vec<(Mutation, &str)> = vec![
             (Box::new(|p| p.heads_kv = 4), "heads_kv"),

@@ -36,7 +36,7 @@ struct FwdParams {
 
   int batch, seqlen_q, seqlen_k, heads, heads_kv;
   int group;                      // heads / heads_kv
-  int window_left, window_right;  // Local kernels; left in [-Sq, Sk], right in [-Sk, Sq] (unbounded: Sk, Sq)
+  int window_left, window_right;  // Local kernels; |side| <= 2^30 - 1, which stands for unbounded
   int page_size;                  // paged: keys per page
   int num_splits;                 // split: K ranges (gridDim.z = batch * num_splits, or split_units)
   int tail_round, tail_units, tail_blocks;  // split tail (tail_units > 0): its first round, units, blocks per tile

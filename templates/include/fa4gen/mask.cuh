@@ -1,9 +1,9 @@
 // fa4gen/mask.cuh: bottom-right aligned causal and sliding-window visibility (FA4's rule).
 //
 // Key j is visible to query i iff  i + off - wl <= j <= i + off + wr,  off = Sk - Sq.
-// Causal is (wl, wr) = (inf, 0); no mask is (inf, inf). The host passes wl in [-Sq, Sk] and
-// wr in [-Sk, Sq] (an unbounded side as Sk, resp. Sq: the same visible keys), so every bound
-// below lies in [-Sq, Sq + Sk] and all arithmetic stays in int (Sq, Sk < 2^30).
+// Causal is (wl, wr) = (inf, 0); no mask is (inf, inf). The host passes an unbounded side as
+// 2^30 - 1 (WINDOW_UNBOUNDED), wider than any sequence, and no side wider than that: with
+// Sq, Sk < 2^30 every bound below stays in int.
 #pragma once
 #include "fa4gen/prelude.cuh"
 
