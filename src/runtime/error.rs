@@ -47,13 +47,18 @@ pub enum Error {
 }
 
 impl Error {
-    /// This machine has no GPU to run on: no driver, or a driver that sees no device. (Any
-    /// other failure to open a context is a real error on a machine that has one.)
+    /// This machine has no GPU to run on: no driver, the toolkit's stub in its place, or a
+    /// driver that sees no device. (Any other failure to open a context is a real error on a
+    /// machine that has one.)
     pub fn is_no_gpu(&self) -> bool {
+        use cudarc::driver::sys::cudaError_enum as E;
         match self {
             Error::NoDriver => true,
             Error::Driver { source, .. } => {
-                source.0 == cudarc::driver::sys::cudaError_enum::CUDA_ERROR_NO_DEVICE
+                matches!(
+                    source.0,
+                    E::CUDA_ERROR_NO_DEVICE | E::CUDA_ERROR_STUB_LIBRARY
+                )
             }
             _ => false,
         }
