@@ -1464,11 +1464,7 @@ mod tests {
                 sel.grid
             );
             // The kernels' int counts: (query, head) rows and the flagship's tiles.
-            let rows = match p.varlen.and_then(|v| v.total_q) {
-                Some(total) => total.max(p.seqlen_q),
-                None => p.batch * p.seqlen_q,
-            };
-            assert!(rows * p.heads <= i32::MAX as usize);
+            assert!(p.counted_rows() * p.heads <= i32::MAX as usize);
             assert!(sel.spec.imp != Impl::Wgmma || sel.tiles <= i32::MAX as usize);
             let _ = workspace_need(&p, &sel);
         }

@@ -216,6 +216,16 @@ impl Problem {
             .unwrap_or(self.batch.saturating_mul(self.seqlen_q))
     }
 
+    /// The (query) rows the kernels count in int, per head: a batched call's all (sequence b
+    /// starts at row b * Sq), a packed one's (total_q) or its longest sequence's, whichever is
+    /// more. A packed batch's B * max_seqlen_q is a padded grid, not rows.
+    pub fn counted_rows(&self) -> usize {
+        match self.varlen.and_then(|v| v.total_q) {
+            Some(total) => total.max(self.seqlen_q),
+            None => self.batch.saturating_mul(self.seqlen_q),
+        }
+    }
+
     /// (batch, rows) of q/out and of k/v as laid out in memory: packed (varlen) tensors are
     /// one batch of all rows, paged K/V a batch of `num_pages` pages of `page_size` rows.
     pub fn batches_and_rows(&self) -> [(usize, usize); 2] {
@@ -461,15 +471,10 @@ impl Problem {
                 ),
             ));
         }
-        // The kernels count (query, head) rows in int: a batched call's all (the first row of
-        // sequence b is b * Sq), a packed one's (total_q) and each sequence's (a combine's Sq * H
-        // per sequence). 2^31 of them hold at least 32 GiB of output at head dim 8. (A packed
-        // batch's B * max_seqlen_q is a padded grid, not rows: not bounded here; the flagship's
-        // tiles are, in `select`.)
-        let rows = match self.varlen.and_then(|v| v.total_q) {
-            Some(total) => total.max(self.seqlen_q),
-            None => self.batch.saturating_mul(self.seqlen_q),
-        };
+        // The kernels count (query, head) rows in int (`counted_rows`; a combine's Sq * H per
+        // sequence too). 2^31 of them hold at least 32 GiB of output at head dim 8. (The
+        // flagship's tiles are bounded in `select`.)
+        let rows = self.counted_rows();
         if rows.saturating_mul(self.heads) > I32_MAX {
             return Err(Error::invalid(
                 "seqlen_q",
