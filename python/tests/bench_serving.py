@@ -11,6 +11,9 @@ time, not Python launch overhead; medians of the replays after warm-up. One JSON
              window tile unmasked over the same blocks (a tile's span of keys: jit-compiles it where
              no plan ships it, FA4GEN_JIT=1), and FlexAttention (block-sparse) on the same window;
              head dims in $WINDOW_D (64: H 64/8; 128, 256, 192 at H * d = 4096, GQA 8)
+  short-keys  (only when named) unmasked calls over 1..205 blocks of keys, and windows 128..4k, against
+             the long call's rate per visited block: #5's window metric as a function of blocks per tile
+  window-tiles  (only when named) d 64 windows of $WINDOW_TILES_W keys on each candidate tile and the selected one
   window-l2  (only when named) the window 128 tile on inputs L2 holds against inputs rotated past it, at
              S 1k..3k and 16k (H 32/4): how much of the window tile's time is DRAM's
   varlen     16 sequences of 64..4k tokens, packed, vs the same batch padded to dense
@@ -197,7 +200,8 @@ def gpt_oss():
                                                             learnable_sink=sinks), n)
         emit(bench="gpt-oss", layer=layer, impl="fa4gen", ms=round(ms, 4),
              tflops=round(4 * pairs * d / ms / 1e9, 1), kernel=fa4gen.kernel_name(qs[0], ks[0], vs[0], causal=True,
-                                                                                  window_size=window))
+                                                                                  window_size=window,
+                                                                                  learnable_sink=sinks))
         if FA4 is not None:
             ours = fa4gen.flash_attn_func(qs[0], ks[0], vs[0], causal=True, window_size=window, learnable_sink=sinks)[0]
             fa4 = fa4_ms("flash_attn_func", ours, *zip(qs, ks, vs), n=n, causal=True, window_size=window,
@@ -253,6 +257,100 @@ def same_blocks(q, k, v, w, selected):
          ratio_to_same_blocks=round(ratios[1], 3))
 
 
+def tile_of(stem):
+    """(tile_m, tile_n) from a kernel's stem (its sixth field, m<M>n<N>)."""
+    tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
+    return tm, tn
+
+
+def window_work(s, w, g, stem):
+    """The (query, key) pairs a causal window (w - 1, 0) kernel visits per query head, padded to its
+    tiles and blocks as the kernel lays them: each tile's blocks from its first visible key
+    (KernelSpec::window_blocks). Rows per KV head are S * G packed, S unpacked."""
+    tm, tn = tile_of(stem)
+    gw = g if ".packgqa" in stem else 1
+    visited = 0
+    for m0 in range(0, s * gw, tm):
+        q0, q1 = m0 // gw, min(s, (m0 + tm - 1) // gw + 1)
+        lo = max(0, q0 - (w - 1))
+        visited += (q1 - lo + tn - 1) // tn
+    return visited * tm * tn / gw
+
+
+def dense_work(sq, sk, g, stem):
+    """The padded pairs an unmasked kernel visits per query head: every tile, every block."""
+    tm, tn = tile_of(stem)
+    gf = g if ".packgqa" in stem else 1
+    return math.ceil(sq * gf / tm) * tm * math.ceil(sk / tn) * tn / gf
+
+
+def short_keys():
+    """#5's window metric, taken apart: is its 1.7x the window's, or any call whose tiles run few
+    blocks? Unmasked calls of gpt-oss's shape (B 1, S 16k queries, H 64/8, d 64) over the first
+    Sk keys, Sk from one block to 16k, each against the long (16k-key) call's rate per visited
+    block: on the window's own tile (192x80, forced: jit where no plan ships it) and on the tile
+    selection takes. Then the window itself at widths 128 to 4k on the selected tile, by #5's
+    metric (against the long unmasked call on its selected tile). If the unmasked short calls
+    read what the window reads at the same blocks per tile, the metric measures a tile's fixed
+    cost spread over few blocks, not the mask."""
+    s, h, hkv, d = 16384, 64, 8, 64
+    g = h // hkv
+    q = torch.randn(1, s, h, d, device=DEV, dtype=BF)
+    k = torch.randn(1, s, hkv, d, device=DEV, dtype=BF)
+    v = torch.randn(1, s, hkv, d, device=DEV, dtype=BF)
+    for tile in ((192, 80), None):
+        rows = []
+        for sk in (80, 160, 240, 320, 640, 1280, 2560, 5120, s):
+            ks, vs = k[:, :sk].contiguous(), v[:, :sk].contiguous()
+            try:
+                t = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, ks, vs, tile_mn=tile), 1)
+            except Exception as e:  # noqa: BLE001
+                emit(bench="short-keys", tile=tile, sk=sk, error=str(e)[:200])
+                continue
+            stem = fa4gen.kernel_name(q, ks, vs, tile_mn=tile)
+            rows.append((sk, t, stem))
+        if not rows or rows[-1][0] != s:
+            continue
+        t_long, long_stem = rows[-1][1], rows[-1][2]
+        rate = t_long / dense_work(s, s, g, long_stem)
+        for sk, t, stem in rows:
+            emit(bench="short-keys", tile=tile, sk=sk, blocks_per_tile=math.ceil(sk / tile_of(stem)[1]),
+                 ms=round(t, 4), ratio_to_long_rate=round(t / (dense_work(s, sk, g, stem) * rate), 3), kernel=stem)
+    t_full = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v), 1)
+    full_stem = fa4gen.kernel_name(q, k, v)
+    for w in (128, 256, 512, 1024, 2048, 4096):
+        t = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0)), 1)
+        stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0))
+        work = window_work(s, w, g, stem) / dense_work(s, s, g, full_stem)
+        tm, tn = tile_of(stem)
+        span = tm // (g if ".packgqa" in stem else 1) + w - 1
+        emit(bench="short-keys", window=w, blocks_per_tile=math.ceil(span / tn), ms=round(t, 4),
+             ms_unmasked=round(t_full, 4), ratio_to_visited_work=round(t / (t_full * work), 3), kernel=stem)
+
+
+def window_tiles():
+    """Which tile a d 64 window of width w wants: gpt-oss's shape (B 1, S 16k, H 64/8, packed) under
+    windows (w - 1, 0) for w in $WINDOW_TILES_W, on each candidate tile and on the one selection
+    takes, in two rounds (the tiles alternate within a round). Checks `TileShape::cost`'s
+    per-block overhead where tiles of different widths cost nearly the same by its count."""
+    s, h, hkv, d = 16384, 64, 8, 64
+    q = torch.randn(1, s, h, d, device=DEV, dtype=BF)
+    k = torch.randn(1, s, hkv, d, device=DEV, dtype=BF)
+    v = torch.randn(1, s, hkv, d, device=DEV, dtype=BF)
+    widths = [int(x) for x in os.environ.get("WINDOW_TILES_W", "192 384 768 1536 2048 3072").split()]
+    for rnd in range(2):
+        for w in widths:
+            for tile in (None, (192, 128), (192, 80), (192, 64)):
+                call = lambda i: fa4gen.flash_attn_func(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)  # noqa: E731
+                try:
+                    t = graph_time_ms(call, 1)
+                except Exception as e:  # noqa: BLE001
+                    emit(bench="window-tiles", window=w, tile=tile, error=str(e)[:200])
+                    continue
+                stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)
+                emit(bench="window-tiles", round=rnd, window=w, tile=tile, ms=round(t, 4), kernel=stem)
+
+
 def window_at(d):
     b, s, w = 1, 16384, 128
     h = 16 if d == 192 else 4096 // d
@@ -262,7 +360,6 @@ def window_at(d):
     v = torch.randn(b, s, hkv, dv, device=DEV, dtype=BF)
     t_full = graph_time_ms(lambda i: fa4gen.flash_attn_func(q, k, v), 1)
     full_stem = fa4gen.kernel_name(q, k, v)
-    fm, fn_ = (int(x) for x in full_stem.split(".")[5][1:].split("n"))
     g = h // hkv
     selected = None  # the table tile's (tile_m, tile_n, rows per query, stem)
     # The table's tile, then candidates (the tile sweep for local masks).
@@ -274,26 +371,14 @@ def window_at(d):
             emit(bench="window128-S16k", d=d, tile=tile, error=str(e)[:200])
             continue
         stem = fa4gen.kernel_name(q, k, v, causal=True, window_size=(w - 1, 0), tile_mn=tile)
-        tm, tn = (int(x) for x in stem.split(".")[5][1:].split("n"))
-        # Visited blocks against the unmasked kernel's blocks, laid as the kernels lay them under
-        # a window: from each tile's first visible key (KernelSpec::window_blocks). Each kernel's
-        # rows per KV head are Sq * G packed, Sq unpacked: the fraction compares padded pairs per
-        # query head.
-        gw = g if ".packgqa" in stem else 1
-        gf = g if ".packgqa" in full_stem else 1
-        visited = 0
-        for m0 in range(0, s * gw, tm):
-            q0, q1 = m0 // gw, min(s, (m0 + tm - 1) // gw + 1)
-            lo = max(0, q0 - (w - 1))
-            visited += (q1 - lo + tn - 1) // tn
-        total_full = math.ceil(s * gf / fm) * math.ceil(s / fn_)
-        work = (visited * tm * tn / gw) / (total_full * fm * fn_ / gf)
+        tm, tn = tile_of(stem)
+        work = window_work(s, w, g, stem) / dense_work(s, s, g, full_stem)
         emit(bench="window128-S16k", d=d, H=h, Hkv=hkv, tile=tile, ms_window=round(t_win, 4),
              ms_unmasked=round(t_full, 4), visited_fraction=round(work, 5),
              ratio_to_visited_work=round(t_win / (t_full * work), 3), kernel=stem, unmasked_kernel=full_stem,
              target="<= 1.2")
         if tile is None:
-            selected = (tm, tn, gw, stem)
+            selected = (tm, tn, g if ".packgqa" in stem else 1, stem)
     if selected is not None:
         same_blocks(q, k, v, w, selected)
     if d != 64:
@@ -1193,11 +1278,11 @@ def warm_up_clocks(seconds=1.0):
             return
 
 
-SECTIONS = {"gpt-oss": gpt_oss, "window": window, "window-l2": window_l2, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode, "decode-unsplit": decode_unsplit,
+SECTIONS = {"gpt-oss": gpt_oss, "window": window, "window-l2": window_l2, "short-keys": short_keys, "window-tiles": window_tiles, "varlen": varlen, "paged": paged, "pack-gqa": pack_gqa, "decode": decode, "decode-unsplit": decode_unsplit,
             "window-decode": window_decode, "decode-tiles": decode_tiles, "decode-splits": decode_splits, "dense-tiles": dense_tiles, "chunked": chunked,
             "chunked-paged": chunked_paged, "few-tiles": few_tiles, "decode-rows": decode_rows, "combine": combine,
             "split-sweep": split_sweep, "engine-chunks": engine_chunks, "mixed-batches": mixed_batches, "decode-batches": decode_batches}
-DEFAULT = [s for s in SECTIONS if s not in ("dense-tiles", "window-l2")]
+DEFAULT = [s for s in SECTIONS if s not in ("dense-tiles", "window-l2", "short-keys", "window-tiles")]
 
 if __name__ == "__main__":
     with torch.no_grad():
