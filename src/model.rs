@@ -79,8 +79,10 @@ impl ModelAttention {
             .and_then(Value::as_str)
             .unwrap_or("unknown")
             .to_string();
+        // (`dtype` is what transformers writes since it renamed `torch_dtype`.)
         let dtype = match cfg
             .get("torch_dtype")
+            .or_else(|| cfg.get("dtype"))
             .or_else(|| root.get("torch_dtype"))
             .or_else(|| root.get("dtype"))
             .and_then(Value::as_str)
@@ -95,6 +97,9 @@ impl ModelAttention {
             }
         };
         let heads = need(cfg, "num_attention_heads")?;
+        if heads == 0 {
+            return Err(field_err("num_attention_heads", "0: a model needs heads"));
+        }
         let heads_kv = uint(cfg, "num_key_value_heads")?.unwrap_or(heads);
         if heads_kv == 0 || heads % heads_kv != 0 {
             return Err(field_err(
@@ -107,16 +112,45 @@ impl ModelAttention {
             uint(cfg, "qk_nope_head_dim")?,
             uint(cfg, "qk_rope_head_dim")?,
         ) {
-            (Some(nope), Some(rope)) => (nope + rope, need(cfg, "v_head_dim")?),
+            (Some(nope), Some(rope)) => (
+                nope.checked_add(rope).ok_or_else(|| {
+                    field_err("qk_rope_head_dim", format!("{nope} + {rope} overflows"))
+                })?,
+                need(cfg, "v_head_dim")?,
+            ),
             _ => {
                 let d = match uint(cfg, "head_dim")? {
                     Some(d) => d,
-                    None => need(cfg, "hidden_size")? / heads,
+                    None => {
+                        let hidden = need(cfg, "hidden_size")?;
+                        if hidden % heads != 0 {
+                            return Err(field_err(
+                                "hidden_size",
+                                format!(
+                                    "{hidden} is not a multiple of num_attention_heads = {heads} \
+                                     (give head_dim)"
+                                ),
+                            ));
+                        }
+                        hidden / heads
+                    }
                 };
                 (d, d)
             }
         };
+        if head_dim == 0 || head_dim_v == 0 {
+            return Err(field_err(
+                "head_dim",
+                format!("{head_dim} x {head_dim_v}: head dims must be > 0"),
+            ));
+        }
         let window = uint(cfg, "sliding_window")?;
+        if window == Some(0) {
+            return Err(field_err(
+                "sliding_window",
+                "0: a window of no keys (null means none)",
+            ));
+        }
         let use_sliding = cfg
             .get("use_sliding_window")
             .and_then(Value::as_bool)
@@ -126,10 +160,24 @@ impl ModelAttention {
                 (None, _) => (true, None),
                 (Some(w), Some(Value::Array(kinds))) => {
                     let has = |k: &str| kinds.iter().any(|x| x.as_str() == Some(k));
+                    if !has("full_attention") && !has("sliding_attention") {
+                        return Err(field_err(
+                            "layer_types",
+                            "names neither full_attention nor sliding_attention layers",
+                        ));
+                    }
                     (has("full_attention"), has("sliding_attention").then_some(w))
                 }
-                // Gemma 2/3 interleave sliding and full layers (sliding_window_pattern / every other).
-                (Some(w), _) if model_type.starts_with("gemma") => (true, Some(w)),
+                // A pattern interleaves sliding and full layers (Gemma 3, Cohere 2: every n-th
+                // layer full); Gemma 2 interleaves them every other layer without one.
+                (Some(w), _)
+                    if cfg
+                        .get("sliding_window_pattern")
+                        .is_some_and(|v| !v.is_null())
+                        || model_type.starts_with("gemma") =>
+                {
+                    (true, Some(w))
+                }
                 (Some(w), _) => (false, Some(w)),
             };
         let softcap = match cfg.get("attn_logit_softcapping") {
@@ -577,11 +625,54 @@ mod tests {
                 "torch_dtype",
             ),
             (r#"{"num_attention_heads": 8, "head_dim": -64}"#, "head_dim"),
+            // (A review's: each panicked, or read as a plan of no kernels.)
+            (
+                r#"{"num_attention_heads": 0, "num_key_value_heads": 4, "hidden_size": 768}"#,
+                "num_attention_heads",
+            ),
+            (
+                r#"{"num_attention_heads": 8, "qk_nope_head_dim": 4294967295, "qk_rope_head_dim": 1, "v_head_dim": 128}"#,
+                "qk_rope_head_dim",
+            ),
+            (
+                r#"{"num_attention_heads": 12, "hidden_size": 1000}"#,
+                "hidden_size",
+            ),
+            (r#"{"num_attention_heads": 8, "head_dim": 0}"#, "head_dim"),
+            (
+                r#"{"num_attention_heads": 8, "head_dim": 64, "sliding_window": 0}"#,
+                "sliding_window",
+            ),
+            (
+                r#"{"num_attention_heads": 8, "head_dim": 64, "sliding_window": 128, "layer_types": []}"#,
+                "layer_types",
+            ),
+            (
+                r#"{"text_config": {"num_attention_heads": 8, "head_dim": 64, "dtype": "float32"}}"#,
+                "torch_dtype",
+            ),
         ] {
             match ModelAttention::from_hf_config(text) {
                 Err(ConfigError::Field { field: f, .. }) => assert_eq!(f, field),
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    /// Fields a config may carry beyond the shipped ones: a window pattern outside Gemma
+    /// (Cohere 2) interleaves full and sliding layers; transformers' `dtype` in a text_config.
+    #[test]
+    fn patterns_and_dtypes_of_any_model_type() {
+        let m = ModelAttention::from_hf_config(
+            r#"{"model_type": "cohere2", "num_attention_heads": 64, "num_key_value_heads": 8,
+                "head_dim": 128, "sliding_window": 4096, "sliding_window_pattern": 4}"#,
+        )
+        .unwrap();
+        assert!(m.full_layers && m.sliding_window == Some(4096), "{m:?}");
+        let m = ModelAttention::from_hf_config(
+            r#"{"text_config": {"num_attention_heads": 8, "head_dim": 64, "dtype": "float16"}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.dtype, DType::Fp16);
     }
 }

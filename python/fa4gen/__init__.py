@@ -254,6 +254,23 @@ def _longest(cu_seqlens, bound):
     return int((cu_seqlens[1:] - cu_seqlens[:-1]).max().item())
 
 
+def _host_int(name, value, device, bound):
+    """A max_seqlen as a host int. Callers may pass a 0-dim or 1-element tensor (Hugging Face
+    does): read on the host, one device sync for a GPU tensor, or, while the stream is being
+    captured (no sync can run there), `bound` (the packed rows; None: as if absent), as FA4 bounds
+    an absent one. Anything else must be an integer."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.numel() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+        raise ValueError(f"{name} must be an int or a one-element integer tensor, got {value.dtype} "
+                         f"of shape {tuple(value.shape)}")
+    if value.is_cuda:
+        with torch.cuda.device(device):
+            if torch.cuda.is_current_stream_capturing():
+                return bound
+    return int(value.item())
+
+
 def _check_tensor(name, t, dims):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor")
@@ -321,6 +338,7 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
     seqused_q = _int32_vector("seqused_q", seqused_q, b, dev)
     seqused_k = _int32_vector("seqused_k", seqused_k, b, dev)
     if q_packed:
+        max_seqlen_q = _host_int("max_seqlen_q", max_seqlen_q, dev, q.shape[0])
         if max_seqlen_q is None:  # FA4 wants a host int: derived if absent (`_longest`)
             max_seqlen_q = _longest(cu_seqlens_q, q.shape[0])
         sq = int(max_seqlen_q)
@@ -338,6 +356,7 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
         if b > 1 and page_table.stride(0) < page_table.shape[1]:
             page_table = page_table.contiguous()
         num_pages, page_size = k.shape[0], k.shape[1]
+        max_seqlen_k = _host_int("max_seqlen_k", max_seqlen_k, dev, None)
         sk = page_table.shape[1] * page_size
         # With seqused_k the kernels read each sequence's length on the device (the maps span
         # pages, not Sk), so a caller's max_seqlen_k can stand for Sk, as FA4's heuristics
@@ -345,6 +364,7 @@ def _run(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, seq
         if seqused_k is not None and max_seqlen_k is not None and 0 < int(max_seqlen_k) < sk:
             sk = int(max_seqlen_k)
     elif k_packed:
+        max_seqlen_k = _host_int("max_seqlen_k", max_seqlen_k, dev, k.shape[0])
         if max_seqlen_k is None:
             max_seqlen_k = _longest(cu_seqlens_k, k.shape[0])
         sk = int(max_seqlen_k)
@@ -496,8 +516,9 @@ def flash_attn_varlen_func(
     seqused_q), k/v (total_k, Hkv, D) with cu_seqlens_k, batched with seqused_k, or paged
     (num_pages, page_size, Hkv, D) with page_table (B, pages_per_seq). Returns (out, lse) with out
     shaped like q (Dv last) and lse (H, total_q) or (B, H, Sq). max_seqlen_* should be host ints
-    (derived with one device sync when omitted, or, while the stream is being captured, where a
-    sync cannot run, bounded by the packed rows: total_q, total_k), each at least every
+    (one-element tensors are read on the host; derived with one device sync when omitted; while
+    the stream is being captured, where a sync cannot run, an omitted one or one on the device is
+    bounded by the packed rows: total_q, total_k), each at least every
     sequence's length, as in FA2 and FA3: max_seqlen_q sizes the grid, and rows past it are not
     computed. `deterministic` and
     `score_mod_bwd` are FA4's backward's: accepted and unused; `min_seqlen_k` and
@@ -510,6 +531,68 @@ def flash_attn_varlen_func(
                 softmax_scale=softmax_scale, causal=causal, window_size=window_size, learnable_sink=learnable_sink,
                 softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa, return_lse=return_lse, out=out, lse=lse,
                 tile_mn=tile_mn)
+
+
+def _flash_attn_fwd(
+    q,
+    k,
+    v,
+    qv=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    seqused_q=None,
+    seqused_k=None,
+    max_seqlen_q=None,
+    max_seqlen_k=None,
+    min_seqlen_k=None,
+    page_table=None,
+    softmax_scale=None,
+    causal=False,
+    softcap=None,
+    window_size_left=None,
+    window_size_right=None,
+    learnable_sink=None,
+    tile_mn=None,
+    mma_pv_is_rs=None,
+    intra_wg_overlap=None,
+    num_threads=384,
+    num_splits=1,
+    pack_gqa=None,
+    _arch=None,
+    score_mod=None,
+    mask_mod=None,
+    block_sparse_tensors=None,
+    return_lse=False,
+    out=None,
+    lse=None,
+    aux_tensors=None,
+    aux_scalars=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
+    gather_kv_indices=None,
+    scheduler_metadata=None,
+    seqlen_k_per_split=None,
+    disable_scheduler_metadata=False,
+):
+    """flash_attn.cute.interface._flash_attn_fwd, the entry point engines call beneath the public
+    functions, with its signature and return convention: (out, lse, None, None). Batched or
+    varlen or paged by the arguments given, as flash_attn_varlen_func. As in FA4, an `lse=`
+    buffer is written and returned whether or not return_lse is set. `mma_pv_is_rs`,
+    `intra_wg_overlap`, `num_threads` and `_arch` tune FA4's own kernels: accepted and unused
+    (selection picks this library's kernels; `tile_mn` is honoured). q/k/v_descale are FP8's,
+    which is not built: they must be None, as FA4 requires for 16-bit inputs."""
+    for name, t in (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale)):
+        _not_built(name, t, None, "for FP8 inputs")
+    _unsupported_hooks(qv, gather_kv_indices, score_mod=score_mod, mask_mod=mask_mod, aux_tensors=aux_tensors,
+                       aux_scalars=aux_scalars, block_sparse_tensors=block_sparse_tensors,
+                       scheduler_metadata=scheduler_metadata, seqlen_k_per_split=seqlen_k_per_split)
+    o, l = _run(q, k, v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q,
+                max_seqlen_k=max_seqlen_k, seqused_q=seqused_q, seqused_k=seqused_k, page_table=page_table,
+                softmax_scale=softmax_scale, causal=causal, window_size=(window_size_left, window_size_right),
+                learnable_sink=learnable_sink, softcap=softcap, num_splits=num_splits, pack_gqa=pack_gqa,
+                return_lse=bool(return_lse) or lse is not None, out=out, lse=lse, tile_mn=tile_mn)
+    return o, l, None, None
 
 
 def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None, cu_seqlens=None, seqused=None,

@@ -19,6 +19,7 @@ import torch
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 import fa4gen  # noqa: E402
+from fa4gen import interface  # noqa: E402
 
 
 def visible(sq, sk, causal, window, device):
@@ -85,7 +86,8 @@ def oracle(name, o, l, ref, ref_lse, pt, dtype, softcap, want_lse):
     return name, None, err / max(bound, 1e-30)
 
 
-CAPTURED = [0]  # varlen cases run as a captured CUDA graph (max_seqlen_q/k omitted)
+CAPTURED = [0]  # varlen cases run as a captured CUDA graph (max_seqlen_q/k omitted or device tensors)
+ENTRY = {"public": 0, "internal": 0, "max_seqlen tensors": 0}  # varlen cases by entry point and max_seqlen kind
 COMBINE_OUT = {}  # random combine cases per output dtype, and how it was asked for
 
 
@@ -147,12 +149,32 @@ def run_varlen_case(rng, device):
     # there: the drop-in bounds them by the packed rows) and replayed once. Relaxed capture: the
     # bounds may select a kernel no eager call loaded, and loading a module is no stream work.
     captured = rng.random() < 0.2
-    if captured:
+    # Some pass max_seqlen_q/k as one-element device tensors, as Hugging Face does: read with a
+    # sync, or, captured, bounded by the packed rows as if absent.
+    as_tensors = rng.random() < 0.25
+    if as_tensors:
+        for key in ("max_seqlen_q", "max_seqlen_k"):
+            if key in kw:
+                kw[key] = torch.tensor(kw[key], dtype=torch.int32, device=device)
+    elif captured:
         kw.pop("max_seqlen_q"), kw.pop("max_seqlen_k", None)
-        CAPTURED[0] += 1
+    CAPTURED[0] += captured
+    # Some go through FA4's internal entry point (fa4gen.interface._flash_attn_fwd): its window
+    # sides and 4-tuple, and an lse= buffer written without return_lse.
+    internal = rng.random() < 0.3
+    ENTRY["internal" if internal else "public"] += 1
+    ENTRY["max_seqlen tensors"] += as_tensors
     fa4gen.set_sequence_splits(shares)
     try:
         def call():
+            if internal:
+                res = interface._flash_attn_fwd(q, k, v, causal=causal, window_size_left=window[0],
+                                                window_size_right=window[1], learnable_sink=sinks, softcap=softcap,
+                                                num_splits=splits, out=out, lse=lse, **kw)
+                if len(res) != 4 or res[2] is not None or res[3] is not None or res[0] is not out or res[1] is not lse:
+                    raise AssertionError(f"_flash_attn_fwd returned {[type(x).__name__ for x in res]}, "
+                                         "not (out, lse, None, None) in the given buffers")
+                return res[:2]
             return fa4gen.flash_attn_varlen_func(q, k, v, causal=causal, window_size=window, learnable_sink=sinks,
                                                  softcap=softcap, num_splits=splits, return_lse=True, out=out,
                                                  lse=lse, **kw)
@@ -167,7 +189,7 @@ def run_varlen_case(rng, device):
         fa4gen.set_sequence_splits(4)
     name = (f"varlen {dtype} d{d}x{dv} H{h}/{hkv} lens={lens} k={k_mode} page={page} causal={causal} "
             f"window={window} softcap={softcap} sinks={sinks is not None} splits={splits} shares={shares} "
-            f"captured={captured}")
+            f"captured={captured} internal={internal} max_seqlen_tensors={as_tensors}")
     s = 1 / math.sqrt(d)
     refs, ref_lses, pts = [], [], []
     for i, (sq, sk) in enumerate(lens):
@@ -395,6 +417,14 @@ def served_layouts(device):
         got, _ = fa4gen.flash_attn_varlen_func(q, kc, vc, seqused_k=used, page_table=row.expand(3, -1), causal=True)
         if not torch.equal(want, got):
             failures.append(f"broadcast page table: max diff {(want.float() - got.float()).abs().max().item()}")
+        # FA4's internal entry point, batched: the public function's output and LSE bit for bit.
+        want, want_lse = fa4gen.flash_attn_func(q, kc[:3], vc[:3], causal=True, window_size=(5, 0), return_lse=True)
+        got = interface._flash_attn_fwd(q, kc[:3], vc[:3], causal=True, window_size_left=5, window_size_right=0,
+                                        return_lse=True)
+        if len(got) != 4 or got[2:] != (None, None) or not torch.equal(want, got[0]) or not torch.equal(want_lse, got[1]):
+            failures.append("_flash_attn_fwd batched: not (the public call's out, lse, None, None)")
+        if interface._flash_attn_fwd(q, kc[:3], vc[:3])[1] is not None:
+            failures.append("_flash_attn_fwd without return_lse or lse=: an LSE returned")
         try:
             fa4gen.flash_attn_func(q, kc[:3], vc[:3], aux_tensors=[], aux_scalars=())
         except Exception as e:  # noqa: BLE001
@@ -414,7 +444,16 @@ def bad_inputs(device):
     bf, q = torch.bfloat16, torch.randn(1, 16, 4, 64, device=device, dtype=torch.bfloat16)
     k = torch.randn(1, 16, 2, 64, device=device, dtype=bf)
     part, part_lse = torch.randn(2, 1, 16, 4, 64, device=device), torch.randn(2, 1, 16, 4, device=device)
+    cu2 = torch.tensor([0, 16], dtype=torch.int32, device=device)
     cases = [
+        ("q_descale (FP8 only)", lambda: interface._flash_attn_fwd(q, k, k, q_descale=torch.ones(1, 2, device=device)),
+         NotImplementedError),
+        ("max_seqlen_q a float tensor", lambda: fa4gen.flash_attn_varlen_func(
+            q[0], k[0], k[0], cu_seqlens_q=cu2, cu_seqlens_k=cu2, max_seqlen_q=torch.tensor(16.0, device=device),
+            max_seqlen_k=16), ValueError),
+        ("max_seqlen_k a 2-element tensor", lambda: fa4gen.flash_attn_varlen_func(
+            q[0], k[0], k[0], cu_seqlens_q=cu2, cu_seqlens_k=cu2, max_seqlen_q=16,
+            max_seqlen_k=torch.tensor([16, 16], device=device)), ValueError),
         ("3-d q", lambda: fa4gen.flash_attn_func(q[0], k, k), ValueError),
         ("cpu tensor", lambda: fa4gen.flash_attn_func(q.cpu(), k, k), ValueError),
         ("float32", lambda: fa4gen.flash_attn_func(q.float(), k.float(), k.float()), ValueError),
@@ -497,6 +536,11 @@ def bad_inputs(device):
         "num_splits pack_gqa deterministic score_mod score_mod_bwd mask_mod block_sparse_tensors aux_tensors "
         "aux_scalars return_lse scheduler_metadata seqlen_k_per_split disable_scheduler_metadata",
         fa4gen.flash_attn_combine: "out_partial lse_partial out out_dtype cu_seqlens seqused virtual_batch_idx return_lse",
+        interface._flash_attn_fwd: "q k v qv cu_seqlens_q cu_seqlens_k seqused_q seqused_k max_seqlen_q max_seqlen_k "
+        "min_seqlen_k page_table softmax_scale causal softcap window_size_left window_size_right learnable_sink tile_mn "
+        "mma_pv_is_rs intra_wg_overlap num_threads num_splits pack_gqa _arch score_mod mask_mod block_sparse_tensors "
+        "return_lse out lse aux_tensors aux_scalars q_descale k_descale v_descale gather_kv_indices scheduler_metadata "
+        "seqlen_k_per_split disable_scheduler_metadata",
     }
     for fn, names in fa4_params.items():
         got = [n for n, prm in inspect.signature(fn).parameters.items() if prm.kind == prm.POSITIONAL_OR_KEYWORD]
@@ -550,7 +594,8 @@ def main():
     failures, worst = run_cases(lambda i: run_varlen_case if i % 3 == 2 else run_case, n, rng, device)
     torch.cuda.synchronize()
     print(f"drop-in oracle: {n - len(failures)} passed, {len(failures)} failed of {n} random cases "
-          f"(seed {seed}; {CAPTURED[0]} varlen calls captured in CUDA graphs without max_seqlen); "
+          f"(seed {seed}; {CAPTURED[0]} varlen calls captured in CUDA graphs without host max_seqlen; varlen entries "
+          f"{', '.join(f'{k} {v}' for k, v in ENTRY.items())}); "
           f"worst err/bound {worst:.3f}; {time.time() - t:.1f} s")
     for f in failures:
         print("FAIL", f)
@@ -578,7 +623,7 @@ def main():
     failures += comb_fail
     served = served_layouts(device)
     kept = "current device kept" if torch.cuda.device_count() > 1 else "one GPU: no other device to call"
-    print(f"drop-in layouts: {len(served)} failed (broadcast page table, empty aux lists; {kept})")
+    print(f"drop-in layouts: {len(served)} failed (broadcast page table, _flash_attn_fwd batched, empty aux lists; {kept})")
     for f in served:
         print("FAIL", f)
     failures += served

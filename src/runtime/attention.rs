@@ -146,12 +146,17 @@ struct Workspace {
     bytes: usize,
 }
 
+/// One spec's loaded kernel, once loaded.
+type Slot = Mutex<Option<Arc<Loaded>>>;
+
 pub struct FlashAttention {
     lib: KernelLibrary,
     /// (Released in `drop`, under the guard that gives the caller its context back.)
     ctx: ManuallyDrop<Arc<CudaContext>>,
     device: DeviceInfo,
-    cache: Mutex<HashMap<KernelSpec, Arc<Loaded>>>,
+    /// Loaded kernels, a slot per spec: a load (a cubin read and verified, a jit compile of
+    /// seconds) holds its own slot only, not the calls that need other, loaded kernels.
+    cache: Mutex<HashMap<KernelSpec, Arc<Slot>>>,
     workspaces: Mutex<HashMap<usize, Workspace>>,
     /// Causal runs' unit orders (`Selection::lpt_rounds`) per schedule and slots.
     orders: Mutex<Orders>,
@@ -457,8 +462,15 @@ impl FlashAttention {
     }
 
     fn load(&self, spec: &KernelSpec) -> Result<Arc<Loaded>, Error> {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(k) = cache.get(spec) {
+        let slot = self
+            .cache
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(*spec)
+            .or_default()
+            .clone();
+        let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = slot.as_ref() {
             return Ok(k.clone());
         }
         let (cubin, symbol, threads, smem_bytes) = self.find(spec)?;
@@ -512,7 +524,7 @@ impl FlashAttention {
             smem_bytes,
             max_pairs,
         });
-        cache.insert(*spec, k.clone());
+        *slot = Some(k.clone());
         Ok(k)
     }
 

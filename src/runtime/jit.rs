@@ -1,11 +1,18 @@
 //! The `jit` feature: a spec the kernel library lacks is rendered, compiled with NVRTC and
 //! cached on disk, once per (source, headers, NVRTC version, options) across processes.
 //!
-//! Cache layout: `<dir>/<sha256 key>/<stem>.cubin`, the key hashing the rendered source, the
-//! device headers, the NVRTC version and the options, so a template or compiler change can never
-//! serve a stale cubin. Compiles are serialised per key with an exclusive file lock
-//! (`<key>.lock`), and the cubin is written to a temporary file renamed into place: N processes
-//! (ranks) asking for one kernel compile it once, and a reader never sees half a file.
+//! Cache layout: `<dir>/<sha256 key>/<stem>.cubin` beside `<stem>.sha256` (the cubin's hash),
+//! the key hashing the rendered source, the device headers, the NVRTC version and the options, so
+//! a template or compiler change can never serve a stale cubin. Compiles are serialised per key
+//! with an exclusive file lock (`<key>.lock`), and each file is written to a temporary file of its
+//! own, synced and renamed into place, the hash first: N processes (ranks) asking for one kernel
+//! compile it once, and a reader never sees half a file. A hit is served only if the cubin matches
+//! its hash (a crash's truncated file, or a damaged one, is compiled again).
+//!
+//! What the cache holds is loaded into the process (cubins, and NVRTC itself where it was
+//! installed into `<dir>/nvrtc`), so the cache's directory must be the caller's own: owned by
+//! this process's user and writable by no one else, else the jit refuses it. With no home
+//! directory the default is a per-user folder under the temporary directory, never a shared one.
 
 use super::error::Error;
 use crate::compile;
@@ -17,6 +24,8 @@ use std::sync::OnceLock;
 
 pub struct Jit {
     dir: PathBuf,
+    /// The directory checked as the caller's own (created if absent), once.
+    private: OnceLock<Result<(), String>>,
     nvrtc: OnceLock<Result<Nvrtc, String>>,
 }
 
@@ -33,23 +42,39 @@ impl Jit {
     pub fn new(dir: impl Into<PathBuf>) -> Jit {
         Jit {
             dir: dir.into(),
+            private: OnceLock::new(),
             nvrtc: OnceLock::new(),
         }
     }
 
-    /// `$FA4GEN_CACHE_DIR`, else `$XDG_CACHE_HOME/fa4gen`, else `~/.cache/fa4gen`.
+    /// `$FA4GEN_CACHE_DIR`, else `$XDG_CACHE_HOME/fa4gen`, else `~/.cache/fa4gen`, else (no home:
+    /// a service's environment) `fa4gen-<uid>` in the temporary directory: one per user, since
+    /// what the cache holds is loaded into the process.
     pub fn default_dir() -> PathBuf {
         if let Some(d) = std::env::var_os("FA4GEN_CACHE_DIR") {
             return d.into();
         }
-        let base = std::env::var_os("XDG_CACHE_HOME")
+        std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir);
-        base.join("fa4gen")
+            .map(|base| base.join("fa4gen"))
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("fa4gen-{}", effective_uid())))
+    }
+
+    /// The cache directory, created (mode 0700) if absent, and checked to be this user's own:
+    /// anyone else who could write it could plant a cubin, or a libnvrtc, this process loads.
+    fn private_dir(&self) -> Result<(), Error> {
+        self.private
+            .get_or_init(|| check_private(&self.dir))
+            .clone()
+            .map_err(|why| Error::Library {
+                dir: self.dir.display().to_string(),
+                why: format!("jit cache: {why}"),
+            })
     }
 
     fn nvrtc(&self) -> Result<&Nvrtc, Error> {
+        self.private_dir()?;
         self.nvrtc
             .get_or_init(|| Nvrtc::locate(&self.dir.join("nvrtc")).map_err(|e| e.to_string()))
             .as_ref()
@@ -88,7 +113,8 @@ impl Jit {
         );
         let dir = self.dir.join(&key);
         let path = dir.join(format!("{}.cubin", spec.stem()));
-        if let Ok(cubin) = std::fs::read(&path) {
+        let hash = dir.join(format!("{}.sha256", spec.stem()));
+        if let Some(cubin) = read_checked(&path, &hash) {
             return Ok(JitKernel {
                 cubin,
                 compile_seconds: None,
@@ -99,7 +125,7 @@ impl Jit {
             .map_err(|e| self.io("creating the lock", e))?;
         lock.lock().map_err(|e| self.io("locking", e))?;
         // Another process may have compiled it while we waited.
-        if let Ok(cubin) = std::fs::read(&path) {
+        if let Some(cubin) = read_checked(&path, &hash) {
             return Ok(JitKernel {
                 cubin,
                 compile_seconds: None,
@@ -109,15 +135,93 @@ impl Jit {
             dir: self.dir.display().to_string(),
             why: format!("jit compile of {}: {e}", spec.stem()),
         })?;
-        let tmp = dir.join(format!(".{}.{}.tmp", spec.stem(), std::process::id()));
-        std::fs::write(&tmp, &k.cubin).map_err(|e| self.io("writing", e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| self.io("renaming", e))?;
+        // The hash first: a cubin in place is always a finished one with its hash beside it.
+        write_synced(&hash, sha256_hex(&k.cubin).as_bytes()).map_err(|e| self.io("writing", e))?;
+        write_synced(&path, &k.cubin).map_err(|e| self.io("writing", e))?;
+        if let Ok(d) = std::fs::File::open(&dir) {
+            let _ = d.sync_all(); // the renames themselves (best effort: not every filesystem syncs a directory)
+        }
         drop(lock);
         Ok(JitKernel {
             cubin: k.cubin,
             compile_seconds: Some(k.seconds),
         })
     }
+}
+
+/// This process's effective user id.
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid takes no arguments, cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
+
+/// `dir` exists (created with mode 0700 if it did not), is a directory (not a link to one), is
+/// owned by this process's user and is writable by no group or other user.
+fn check_private(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Err(e) = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
+        return Err(format!("creating {}: {e}", dir.display()));
+    }
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = effective_uid();
+    if !m.is_dir() {
+        return Err(format!("{} is not a directory", dir.display()));
+    }
+    if m.uid() != me {
+        return Err(format!(
+            "{} belongs to user {}, not to this process's user {me}: its cubins (and any NVRTC \
+             installed there) are not loaded; set FA4GEN_CACHE_DIR to a directory of your own",
+            dir.display(),
+            m.uid()
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is writable by other users (mode {:o}): its cubins are not loaded; chmod go-w it \
+             or set FA4GEN_CACHE_DIR",
+            dir.display(),
+            m.mode() & 0o777
+        ));
+    }
+    Ok(())
+}
+
+/// The cubin at `path` if the hash file beside it names its sha256 (else none: never
+/// finished, damaged, or from a cache before the hashes).
+fn read_checked(path: &Path, hash: &Path) -> Option<Vec<u8>> {
+    let want = std::fs::read_to_string(hash).ok()?;
+    let cubin = std::fs::read(path).ok()?;
+    (sha256_hex(&cubin) == want.trim()).then_some(cubin)
+}
+
+/// `bytes` to `path` through a temporary file of this call's own (process, counter), synced
+/// before it is renamed into place.
+fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = path
+        .file_name()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 #[cfg(test)]
@@ -161,5 +265,40 @@ mod tests {
         );
         let again = Jit::new(&dir).cubin(&spec).unwrap();
         assert!(again.compile_seconds.is_none() && again.cubin == results[0].cubin);
+        // A damaged entry (a crash mid-write, a full disk) is compiled again, not served.
+        let cached: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| {
+                e.ok()
+                    .map(|e| e.path().join(format!("{}.cubin", spec.stem())))
+            })
+            .filter(|p| p.is_file())
+            .collect();
+        assert_eq!(cached.len(), 1, "one cached cubin: {cached:?}");
+        std::fs::write(&cached[0], b"").unwrap();
+        let mended = Jit::new(&dir).cubin(&spec).unwrap();
+        assert!(mended.compile_seconds.is_some() && mended.cubin == results[0].cubin);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A cache directory others can write is refused before anything in it is read; a new one
+    /// is created private.
+    #[test]
+    fn refuses_a_cache_others_can_write() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("fa4gen-jit-shared-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let spec: KernelSpec = "fwd.sm90.portable.bf16.d64x64.m128n64.q1".parse().unwrap();
+        // Created by the jit: 0700, accepted (the miss then needs NVRTC, not asked for here).
+        check_private(&dir).unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = Jit::new(&dir)
+            .cubin(&spec)
+            .err()
+            .expect("a world-writable cache is refused");
+        assert!(err.to_string().contains("writable by other users"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -61,10 +61,28 @@ impl KernelLibrary {
         let Some(entry) = self.entry(&spec.stem()) else {
             return Ok(None);
         };
+        let g = spec.geometry();
         let why = match crate::render::render(spec) {
-            Ok(src) if crate::render::sha256_hex(src.as_bytes()) == entry.source_sha256 => {
+            // The launch values too: a hand-edited or merged manifest could otherwise launch a
+            // verified cubin with another block size or shared memory than it was built for.
+            Ok(src)
+                if crate::render::sha256_hex(src.as_bytes()) == entry.source_sha256
+                    && (entry.threads, entry.smem_bytes) == (g.threads, g.smem_bytes)
+                    && entry.symbol == spec.symbol() =>
+            {
                 return Ok(Some(entry));
             }
+            Ok(src) if crate::render::sha256_hex(src.as_bytes()) == entry.source_sha256 => format!(
+                "{}: the manifest launches it as `{}` with {} threads and {} bytes of shared memory; \
+                 this build's spec says `{}`, {} and {}",
+                entry.stem,
+                entry.symbol,
+                entry.threads,
+                entry.smem_bytes,
+                spec.symbol(),
+                g.threads,
+                g.smem_bytes
+            ),
             Ok(_) => format!(
                 "{} was generated from other templates than this fa4gen build's; regenerate the library with this version (`cargo xtask gen`)",
                 entry.stem
@@ -162,6 +180,13 @@ mod tests {
         std::fs::write(dir.join(crate::manifest::FILE_NAME), m.to_json()).unwrap();
         let lib = KernelLibrary::open(&dir).unwrap();
         assert_eq!(lib.entry_for(&spec).unwrap().unwrap().stem, STEM);
+        // The same source with other launch values (a hand-edited or merged manifest) is
+        // refused: the cubin would launch with a block size it was not built for.
+        m.kernels[0].threads /= 2;
+        std::fs::write(dir.join(crate::manifest::FILE_NAME), m.to_json()).unwrap();
+        let lib = KernelLibrary::open(&dir).unwrap();
+        let err = lib.entry_for(&spec).unwrap_err().to_string();
+        assert!(err.contains("launches it as"), "{err}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

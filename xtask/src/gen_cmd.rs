@@ -48,11 +48,25 @@ pub fn resolve_plan(plan: &str, arch: Arch) -> Result<(String, Vec<KernelSpec>),
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .ok_or_else(|| format!("{plan}: no file name"))?;
+    // A file builds into the directory its name gives; one named as a shipped plan would
+    // overwrite that plan's kernels, and `gen` removes what the file does not list.
+    if plan::plan_names().contains(&name.as_str()) {
+        return Err(format!(
+            "{plan}: a plan file named `{name}` would build into the shipped plan `{name}`'s \
+             directory and replace its kernels: rename the file"
+        ));
+    }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{plan}: {e}"))?;
     let mut specs: Vec<KernelSpec> = if plan.ends_with(".json") {
-        ModelAttention::from_hf_config(&text)
-            .map_err(|e| format!("{plan}: {e}"))?
-            .plan(arch)
+        let model = ModelAttention::from_hf_config(&text).map_err(|e| format!("{plan}: {e}"))?;
+        let specs = model.plan(arch);
+        if specs.is_empty() {
+            return Err(format!(
+                "{plan}: the model's attention (head dims {} x {}) takes no kernel on {arch}",
+                model.head_dim, model.head_dim_v
+            ));
+        }
+        specs
     } else {
         text.lines()
             .map(str::trim)
@@ -299,6 +313,14 @@ fn remove_orphans(dir: &Path, rendered: &[Rendered]) -> Result<(), String> {
         let name = e.file_name().to_string_lossy().into_owned();
         if (name.ends_with(".cu") || name.ends_with(".cubin")) && !keep.contains(&name) {
             std::fs::remove_file(e.path()).map_err(|err| format!("{name}: {err}"))?;
+        } else if e.path().is_file() && !keep.contains(&name) && name != fa4gen::manifest::FILE_NAME
+        {
+            // Not gen's to delete (an editor's swap file, a note), but `gen --check` fails on
+            // any file it did not write: say so here rather than leave it to CI.
+            eprintln!(
+                "warning: {} is no generated file; `gen --check` reports it until it is removed",
+                e.path().display()
+            );
         }
     }
     Ok(())
