@@ -144,42 +144,41 @@ impl ModelAttention {
                 format!("{head_dim} x {head_dim_v}: head dims must be > 0"),
             ));
         }
-        let window = uint(cfg, "sliding_window")?;
+        let use_sliding = cfg
+            .get("use_sliding_window")
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        let window = uint(cfg, "sliding_window")?.filter(|_| use_sliding);
         if window == Some(0) {
             return Err(field_err(
                 "sliding_window",
                 "0: a window of no keys (null means none)",
             ));
         }
-        let use_sliding = cfg
-            .get("use_sliding_window")
-            .and_then(Value::as_bool)
-            .unwrap_or(true);
-        let (full_layers, sliding_window) =
-            match (window.filter(|_| use_sliding), cfg.get("layer_types")) {
-                (None, _) => (true, None),
-                (Some(w), Some(Value::Array(kinds))) => {
-                    let has = |k: &str| kinds.iter().any(|x| x.as_str() == Some(k));
-                    if !has("full_attention") && !has("sliding_attention") {
-                        return Err(field_err(
-                            "layer_types",
-                            "names neither full_attention nor sliding_attention layers",
-                        ));
-                    }
-                    (has("full_attention"), has("sliding_attention").then_some(w))
+        let (full_layers, sliding_window) = match (window, cfg.get("layer_types")) {
+            (None, _) => (true, None),
+            (Some(w), Some(Value::Array(kinds))) => {
+                let has = |k: &str| kinds.iter().any(|x| x.as_str() == Some(k));
+                if !has("full_attention") && !has("sliding_attention") {
+                    return Err(field_err(
+                        "layer_types",
+                        "names neither full_attention nor sliding_attention layers",
+                    ));
                 }
-                // A pattern interleaves sliding and full layers (Gemma 3, Cohere 2: every n-th
-                // layer full); Gemma 2 interleaves them every other layer without one.
-                (Some(w), _)
-                    if cfg
-                        .get("sliding_window_pattern")
-                        .is_some_and(|v| !v.is_null())
-                        || model_type.starts_with("gemma") =>
-                {
-                    (true, Some(w))
-                }
-                (Some(w), _) => (false, Some(w)),
-            };
+                (has("full_attention"), has("sliding_attention").then_some(w))
+            }
+            // A pattern interleaves sliding and full layers (Gemma 3, Cohere 2: every n-th
+            // layer full); Gemma 2 interleaves them every other layer without one.
+            (Some(w), _)
+                if cfg
+                    .get("sliding_window_pattern")
+                    .is_some_and(|v| !v.is_null())
+                    || model_type.starts_with("gemma") =>
+            {
+                (true, Some(w))
+            }
+            (Some(w), _) => (false, Some(w)),
+        };
         let softcap = match cfg.get("attn_logit_softcapping") {
             None | Some(Value::Null) => None,
             Some(v) => Some(
@@ -674,5 +673,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m.dtype, DType::Fp16);
+        // A window switched off may read 0 (Qwen 2's configs).
+        let m = ModelAttention::from_hf_config(
+            r#"{"num_attention_heads": 8, "head_dim": 64, "sliding_window": 0, "use_sliding_window": false}"#,
+        )
+        .unwrap();
+        assert!(m.full_layers && m.sliding_window.is_none(), "{m:?}");
     }
 }

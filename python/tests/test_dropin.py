@@ -450,10 +450,10 @@ def bad_inputs(device):
          NotImplementedError),
         ("max_seqlen_q a float tensor", lambda: fa4gen.flash_attn_varlen_func(
             q[0], k[0], k[0], cu_seqlens_q=cu2, cu_seqlens_k=cu2, max_seqlen_q=torch.tensor(16.0, device=device),
-            max_seqlen_k=16), ValueError),
+            max_seqlen_k=16), ValueError, "max_seqlen_q"),
         ("max_seqlen_k a 2-element tensor", lambda: fa4gen.flash_attn_varlen_func(
             q[0], k[0], k[0], cu_seqlens_q=cu2, cu_seqlens_k=cu2, max_seqlen_q=16,
-            max_seqlen_k=torch.tensor([16, 16], device=device)), ValueError),
+            max_seqlen_k=torch.tensor([16, 16], device=device)), ValueError, "max_seqlen_k"),
         ("3-d q", lambda: fa4gen.flash_attn_func(q[0], k, k), ValueError),
         ("cpu tensor", lambda: fa4gen.flash_attn_func(q.cpu(), k, k), ValueError),
         ("float32", lambda: fa4gen.flash_attn_func(q.float(), k.float(), k.float()), ValueError),
@@ -546,13 +546,15 @@ def bad_inputs(device):
         got = [n for n, prm in inspect.signature(fn).parameters.items() if prm.kind == prm.POSITIONAL_OR_KEYWORD]
         if got[:len(names.split())] != names.split():
             failures.append(f"{fn.__name__}: positional parameters {got} differ from FA4's {names.split()}")
-    for name, f, exc in cases:
+    for name, f, exc, *names in cases:  # (names: what the message must mention, where given)
         try:
             f()
             failures.append(f"{name}: no error")
         except exc as e:
             if not str(e):
                 failures.append(f"{name}: empty message")
+            elif names and names[0] not in str(e):
+                failures.append(f"{name}: the message does not name {names[0]}: {e}")
         except Exception as e:  # noqa: BLE001
             failures.append(f"{name}: {type(e).__name__} instead of {exc.__name__}: {e}")
     # The C ABI itself: misaligned pointer and null lse, refused before launch.

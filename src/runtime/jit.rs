@@ -120,7 +120,14 @@ impl Jit {
                 compile_seconds: None,
             });
         }
-        std::fs::create_dir_all(&dir).map_err(|e| self.io("creating the cache", e))?;
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| self.io("creating the cache", e))?;
+        }
         let lock = std::fs::File::create(self.dir.join(format!("{key}.lock")))
             .map_err(|e| self.io("creating the lock", e))?;
         lock.lock().map_err(|e| self.io("locking", e))?;
@@ -155,10 +162,14 @@ fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// `dir` exists (created with mode 0700 if it did not), is a directory (not a link to one), is
-/// owned by this process's user and is writable by no group or other user.
+/// `dir` exists (created with mode 0700 if it did not; a link to a directory is followed), is
+/// owned by this process's user, and is closed to everyone else: mode 0700, so that nothing
+/// below it (key folders, NVRTC's install, whatever their own modes) can be reached by another
+/// user. One of ours that is open (an older fa4gen made it with the umask's mode, e.g. 0775) is
+/// closed here; if anyone at all could write it (o+w), what it holds is discarded first, since
+/// any user may have put it there. One that belongs to another user is refused.
 fn check_private(dir: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     if let Err(e) = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -166,7 +177,7 @@ fn check_private(dir: &Path) -> Result<(), String> {
     {
         return Err(format!("creating {}: {e}", dir.display()));
     }
-    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let m = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let me = effective_uid();
     if !m.is_dir() {
         return Err(format!("{} is not a directory", dir.display()));
@@ -179,13 +190,32 @@ fn check_private(dir: &Path) -> Result<(), String> {
             m.uid()
         ));
     }
-    if m.mode() & 0o022 != 0 {
-        return Err(format!(
-            "{} is writable by other users (mode {:o}): its cubins are not loaded; chmod go-w it \
-             or set FA4GEN_CACHE_DIR",
-            dir.display(),
-            m.mode() & 0o777
-        ));
+    let mode = m.mode() & 0o777;
+    if mode & 0o077 != 0 {
+        if mode & 0o002 != 0 {
+            let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            for e in entries.flatten() {
+                let p = e.path();
+                // (A link is removed, not followed.)
+                let gone = match e.file_type() {
+                    Ok(t) if t.is_dir() => std::fs::remove_dir_all(&p),
+                    _ => std::fs::remove_file(&p),
+                };
+                gone.map_err(|err| {
+                    format!(
+                        "{} was writable by every user (mode {mode:o}); clearing {}: {err}",
+                        dir.display(),
+                        p.display()
+                    )
+                })?;
+            }
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+            format!(
+                "closing {} (mode {mode:o}) to other users: {e}",
+                dir.display()
+            )
+        })?;
     }
     Ok(())
 }
@@ -199,7 +229,8 @@ fn read_checked(path: &Path, hash: &Path) -> Option<Vec<u8>> {
 }
 
 /// `bytes` to `path` through a temporary file of this call's own (process, counter), synced
-/// before it is renamed into place.
+/// before it is renamed into place. Callers hold the key's lock; a temporary file a crashed run
+/// left under the same name (a container's pid repeats) is overwritten.
 fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -212,7 +243,8 @@ fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create_new(true)
+            .create(true)
+            .truncate(true)
             .open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
@@ -278,27 +310,63 @@ mod tests {
         std::fs::write(&cached[0], b"").unwrap();
         let mended = Jit::new(&dir).cubin(&spec).unwrap();
         assert!(mended.compile_seconds.is_some() && mended.cubin == results[0].cubin);
+        // So is one without its hash (a cache from before the hashes), and a temporary file a
+        // crashed run left under the name this process's next write takes is overwritten.
+        std::fs::remove_file(cached[0].with_extension("sha256")).unwrap();
+        for n in 0..64 {
+            for name in [
+                cached[0].file_name(),
+                cached[0].with_extension("sha256").file_name(),
+            ] {
+                let name = name.unwrap().to_string_lossy().into_owned();
+                let tmp = format!(".{name}.{}.{n}.tmp", std::process::id());
+                std::fs::write(cached[0].with_file_name(tmp), b"left by a crash").unwrap();
+            }
+        }
+        let mended = Jit::new(&dir).cubin(&spec).unwrap();
+        assert!(mended.compile_seconds.is_some() && mended.cubin == results[0].cubin);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A cache directory others can write is refused before anything in it is read; a new one
-    /// is created private.
+    /// The cache directory is closed to other users before anything in it is read: created
+    /// 0700; an open one of ours closed (a world-writable one emptied first: anyone may have
+    /// put what it holds there); a link to one of ours followed; another user's refused.
     #[test]
-    fn refuses_a_cache_others_can_write() {
+    fn the_cache_is_closed_to_other_users() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::env::temp_dir().join(format!("fa4gen-jit-shared-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let spec: KernelSpec = "fwd.sm90.portable.bf16.d64x64.m128n64.q1".parse().unwrap();
-        // Created by the jit: 0700, accepted (the miss then needs NVRTC, not asked for here).
+        let base = std::env::temp_dir().join(format!("fa4gen-jit-modes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let dir = base.join("cache");
         check_private(&dir).unwrap();
-        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700);
+        assert_eq!(mode(&dir), 0o700);
+        // Group-writable (an older fa4gen under umask 002): closed, what it holds kept.
+        std::fs::write(dir.join("kept"), b"x").unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+        check_private(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert!(dir.join("kept").is_file());
+        // World-writable: emptied, then closed.
+        std::fs::create_dir_all(dir.join("key")).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let err = Jit::new(&dir)
-            .cubin(&spec)
-            .err()
-            .expect("a world-writable cache is refused");
-        assert!(err.to_string().contains("writable by other users"), "{err}");
-        let _ = std::fs::remove_dir_all(&dir);
+        check_private(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        // A link to a directory of ours (a scratch disk) is followed.
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        check_private(&link).unwrap();
+        // Another user's directory: as root, one given to `nobody`; else /, which is root's.
+        let theirs = if effective_uid() == 0 {
+            let d = base.join("theirs");
+            std::fs::create_dir_all(&d).unwrap();
+            std::os::unix::fs::chown(&d, Some(65534), Some(65534)).unwrap();
+            d
+        } else {
+            PathBuf::from("/")
+        };
+        let err = check_private(&theirs).unwrap_err();
+        assert!(err.contains("belongs to user"), "{err}");
+        let _ = std::fs::remove_dir_all(&base);
     }
 }
