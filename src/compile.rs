@@ -78,8 +78,26 @@ pub fn compile(
         HEADERS,
         &options(spec),
     )?;
+    let functions = ptxas_functions(&out.log);
+    let symbol = spec.symbol();
+    // The kernel's own report for the manifest; a spill in another function of its module (a
+    // split's combine kernels, a varlen schedule) is a warning `gen` prints.
+    let resources = functions
+        .iter()
+        .find(|(name, _)| *name == symbol)
+        .or(functions.last())
+        .map(|(_, r)| *r);
+    let other_spills = functions
+        .iter()
+        .filter(|(name, r)| *name != symbol && (r.spill_store_bytes > 0 || r.spill_load_bytes > 0))
+        .map(|(name, r)| {
+            format!(
+                "ptxas: {name} spills ({} bytes of stores, {} of loads)",
+                r.spill_store_bytes, r.spill_load_bytes
+            )
+        });
     Ok(CompiledKernel {
-        resources: parse_ptxas_report(&out.log),
+        resources,
         warnings: out
             .log
             .lines()
@@ -89,13 +107,35 @@ pub fn compile(
                 l.contains("warning") || l.contains("performance loss")
             })
             .map(str::to_string)
+            .chain(other_spills)
             .collect(),
         cubin: out.cubin,
         seconds: t.elapsed().as_secs_f64(),
     })
 }
 
-/// Parse ptxas `-v` lines:
+/// ptxas's `-v` report per entry function, in the log's order: each block opens with
+/// `Compiling entry function 'NAME'` and holds that function's resource lines. (A module's
+/// functions come in no order to rely on: ptxas 13.5 lists a split module's combine kernels
+/// before the forward.)
+pub fn ptxas_functions(log: &str) -> Vec<(String, Resources)> {
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            let name = rest.split('\'').next().unwrap_or_default();
+            blocks.push((name.to_string(), String::new()));
+        } else if let Some((_, text)) = blocks.last_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    blocks
+        .into_iter()
+        .filter_map(|(name, text)| parse_ptxas_report(&text).map(|r| (name, r)))
+        .collect()
+}
+
+/// Parse ptxas `-v` lines (one function's; over a whole module, the last function's wins):
 /// `ptxas info    : Used 168 registers, used 1 barriers, 400 bytes cmem[0]`
 /// `    8 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads`
 pub fn parse_ptxas_report(log: &str) -> Option<Resources> {
@@ -143,6 +183,32 @@ mod tests {
             })
         );
         assert_eq!(parse_ptxas_report("nothing here"), None);
+    }
+
+    /// A split module's report (ptxas 13.5's order: the combine kernels first): each function's
+    /// own numbers, found by name wherever it stands.
+    #[test]
+    fn ptxas_report_per_function() {
+        let log = "ptxas info    : 157 bytes gmem\n\
+                   ptxas info    : Compiling entry function 'k_combine' for 'sm_90a'\n\
+                   ptxas info    : Function properties for k_combine\n\
+                   ptxas         .     0 bytes stack frame, 16 bytes spill stores, 16 bytes spill loads\n\
+                   ptxas info    : Used 56 registers, used 1 barriers, 3328 bytes smem\n\
+                   ptxas info    : Compiling entry function 'k' for 'sm_90a'\n\
+                   ptxas info    : Function properties for k\n\
+                   ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+                   ptxas info    : Used 243 registers, used 1 barriers, 256 bytes smem\n";
+        let f = ptxas_functions(log);
+        assert_eq!(f.len(), 2);
+        assert_eq!(
+            (f[0].0.as_str(), f[0].1.registers, f[0].1.spill_store_bytes),
+            ("k_combine", 56, 16)
+        );
+        assert_eq!(
+            (f[1].0.as_str(), f[1].1.registers, f[1].1.spill_store_bytes),
+            ("k", 243, 0)
+        );
+        assert!(ptxas_functions("nothing here").is_empty());
     }
 
     /// The line ptxas 13.5 printed for a kernel whose P V wait sat on two paths (C7514), and a
