@@ -10,9 +10,10 @@
 //! its hash (a crash's truncated file, or a damaged one, is compiled again).
 //!
 //! What the cache holds is loaded into the process (cubins, and NVRTC itself where it was
-//! installed into `<dir>/nvrtc`), so the cache's directory must be the caller's own: owned by
-//! this process's user and writable by no one else, else the jit refuses it. With no home
-//! directory the default is a per-user folder under the temporary directory, never a shared one.
+//! installed into `<dir>/nvrtc`), so the cache's directory must be the caller's own: another
+//! user's is refused, and ours is kept closed to everyone else (0700; see `check_private`). With
+//! no home directory the default is a per-user folder under the temporary directory, never a
+//! shared one.
 
 use super::error::Error;
 use crate::compile;

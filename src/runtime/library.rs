@@ -63,16 +63,19 @@ impl KernelLibrary {
         };
         let g = spec.geometry();
         let why = match crate::render::render(spec) {
+            Ok(src) if crate::render::sha256_hex(src.as_bytes()) != entry.source_sha256 => format!(
+                "{} was generated from other templates than this fa4gen build's; regenerate the library with this version (`cargo xtask gen`)",
+                entry.stem
+            ),
             // The launch values too: a hand-edited or merged manifest could otherwise launch a
             // verified cubin with another block size or shared memory than it was built for.
-            Ok(src)
-                if crate::render::sha256_hex(src.as_bytes()) == entry.source_sha256
-                    && (entry.threads, entry.smem_bytes) == (g.threads, g.smem_bytes)
+            Ok(_)
+                if (entry.threads, entry.smem_bytes) == (g.threads, g.smem_bytes)
                     && entry.symbol == spec.symbol() =>
             {
                 return Ok(Some(entry));
             }
-            Ok(src) if crate::render::sha256_hex(src.as_bytes()) == entry.source_sha256 => format!(
+            Ok(_) => format!(
                 "{}: the manifest launches it as `{}` with {} threads and {} bytes of shared memory; \
                  this build's spec says `{}`, {} and {}",
                 entry.stem,
@@ -82,10 +85,6 @@ impl KernelLibrary {
                 spec.symbol(),
                 g.threads,
                 g.smem_bytes
-            ),
-            Ok(_) => format!(
-                "{} was generated from other templates than this fa4gen build's; regenerate the library with this version (`cargo xtask gen`)",
-                entry.stem
             ),
             Err(e) => format!("{}: {e}", entry.stem),
         };
